@@ -1,0 +1,55 @@
+# The study's ledgers: one row per run, then one row per roofline point.
+
+
+rule study_matrix:
+    output:
+        config="results/study_config.json",
+        matrix="results/study_matrix.json",
+    log:
+        "results/logs/study_matrix.log",
+    params:
+        config=resolved_config(),
+        runs=[
+            {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
+            for r in STUDY.runs()
+        ],
+    run:
+        from dnnroofline.io import write_json_atomic
+
+        write_json_atomic(output.config, params.config)
+        write_json_atomic(output.matrix, params.runs)
+
+
+rule metrics:
+    input:
+        runs=run_files(),
+    output:
+        "results/metrics.csv",
+    log:
+        "results/logs/metrics.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("aggregate_metrics.py"),
+    shell:
+        "python {params.script} --runs {input.runs} --out {output} > {log} 2>&1"
+
+
+rule roofline_points:
+    input:
+        metrics="results/metrics.csv",
+        complexity=complexity_files(),
+        ceilings=ceilings_files(),
+        ncu=ncu_files(),
+    output:
+        "results/roofline_points.csv",
+    log:
+        "results/logs/roofline_points.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("roofline_points.py"),
+        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+    shell:
+        "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
+        "--ceilings {input.ceilings} {params.ncu} --out {output} > {log} 2>&1"

@@ -1,0 +1,159 @@
+# Config helpers and target functions. The study logic lives in dnnroofline.study.
+import glob
+import os
+
+from dnnroofline.errors import InputError
+from dnnroofline.study import Study, alternation, detect_device
+
+
+def known_models():
+    # torchvision's registry; imported here only, so a dry run stays fast.
+    import torchvision.models
+
+    return torchvision.models.list_models(module=torchvision.models)
+
+
+try:
+    STUDY = Study(config, machine_device=detect_device(), known_models=known_models())
+except InputError as err:
+    raise WorkflowError(str(err)) from None
+
+MEASURED = STUDY.measure_envs
+ENVS = list(config["envs"])
+ncu_settings = config.get("ncu", {})
+
+
+wildcard_constraints:
+    env=alternation(ENVS),
+    menv=alternation(MEASURED),
+    model=alternation(STUDY.models),
+    precision="fp32|tf32|amp|bf16",
+    batch=r"\d+",
+    run=r"\d+",
+
+
+def script(name):
+    return os.path.join(workflow.basedir, "workflow", "scripts", name)
+
+
+def log_path(env, name):
+    return f"results/{env}/logs/{name}.log"
+
+
+def run_path(r):
+    return f"results/{r.env}/runs/{r.run_id}.json"
+
+
+def copied_envs():
+    """Envs not measured here whose results were copied into results/{env}/."""
+    return [
+        e
+        for e in ENVS
+        if e not in MEASURED and os.path.exists(f"results/{e}/ceilings.json")
+    ]
+
+
+def reported_envs():
+    return MEASURED + copied_envs()
+
+
+def run_files():
+    """Runs measured here, plus every run JSON copied in from other machines."""
+    files = [run_path(r) for r in STUDY.runs(MEASURED)]
+    for env in copied_envs():
+        files += sorted(glob.glob(f"results/{env}/runs/*.json"))
+    return files
+
+
+def ncu_files():
+    files = [
+        f"results/{c.env}/ncu/{c.config_key}.json"
+        for c in STUDY.configs(STUDY.cuda_envs_measured())
+    ]
+    for env in copied_envs():
+        files += sorted(glob.glob(f"results/{env}/ncu/*.json"))
+    return files
+
+
+def complexity_files():
+    return [f"results/complexity/{m}_bs{b}.json" for m, b in STUDY.complexity_keys()]
+
+
+def ceilings_files():
+    return [f"results/{env}/ceilings.json" for env in reported_envs()]
+
+
+def env_info_files():
+    return [f"results/{env}/env_info.json" for env in reported_envs()]
+
+
+def run_args(wildcards):
+    """Driver flags shared by timed runs and the ncu step."""
+    study = config["study"]
+    data = "--synthetic" if STUDY.data == "synthetic" else f"--data {STUDY.data!r}"
+    flags = [
+        f"--arch {wildcards.model}",
+        f"--batch-size {wildcards.batch}",
+        f"--image-size {study['image_size']}",
+        f"--num-classes {study['num_classes']}",
+        f"--precision {wildcards.precision}",
+        f"--backend {STUDY.device(wildcards.menv)}",
+        data,
+        f"--workers {study['workers']}",
+    ]
+    if study.get("channels_last"):
+        flags.append("--channels-last")
+    return " ".join(flags)
+
+
+SECTIONS = [
+    "design",
+    "complexity",
+    "measurement",
+    "roofline",
+    "analysis",
+    "reproducibility",
+]
+
+
+def plot_files():
+    files = []
+    for name in [f"roofline_{env}" for env in reported_envs()] + [
+        "roofline_all",
+        "throughput",
+    ]:
+        files += [f"results/plots/{name}.png", f"results/plots/{name}.svg"]
+    return files
+
+
+def all_targets():
+    return (
+        ["results/metrics.csv", "results/roofline_points.csv"]
+        + plot_files()
+        + expand("results/report_sections/{section}.html", section=SECTIONS)
+    )
+
+
+def declared_machine_flags(env):
+    """What the env declares about its machine, as env_info.py flags."""
+    spec = config["envs"][env]
+    flags = [f"--device {spec['device']}"]
+    for key in ("gpu_name", "cpu_name"):
+        if spec.get(key):
+            flags.append(f"--{key.replace('_', '-')} {spec[key]!r}")
+    return " ".join(flags)
+
+
+def resolved_config():
+    """The config as this machine runs it: defaults filled, devices and threads resolved."""
+    envs = {
+        env: dict(
+            spec,
+            device=STUDY.device(env),
+            threads=STUDY.threads(env),
+            precisions=STUDY.precisions(env),
+            batch_sizes=STUDY.batch_sizes(env),
+        )
+        for env, spec in config["envs"].items()
+    }
+    return dict(config, envs=envs, measure_envs=MEASURED)

@@ -1,0 +1,40 @@
+# The machine: its fingerprint and its measured and datasheet ceilings.
+
+
+rule env_info:
+    output:
+        "results/{menv}/env_info.json",
+    log:
+        "results/{menv}/logs/env_info.log",
+    conda:
+        "../envs/machine.yaml"
+    params:
+        script=script("env_info.py"),
+        declared=lambda w: declared_machine_flags(w.menv),
+    shell:
+        "python {params.script} --env {wildcards.menv} {params.declared} "
+        "--out {output} > {log} 2>&1"
+
+
+rule ceilings:
+    input:
+        "results/{menv}/env_info.json",
+    output:
+        "results/{menv}/ceilings.json",
+    log:
+        "results/{menv}/logs/ceilings.log",
+    benchmark:
+        "results/{menv}/benchmarks/ceilings.tsv"
+    conda:
+        "../envs/machine.yaml"
+    threads: lambda w: STUDY.threads(w.menv)
+    resources:
+        measurement=1,
+    params:
+        script=script("ceilings.py"),
+        device=lambda w: STUDY.device(w.menv),
+        precisions=lambda w: " ".join(STUDY.precisions(w.menv)),
+        quick="--quick" if config.get("ceilings", {}).get("quick") else "",
+    shell:
+        "python {params.script} --env {wildcards.menv} --device {params.device} "
+        "--precisions {params.precisions} {params.quick} --out {output} > {log} 2>&1"

@@ -1,0 +1,69 @@
+# Static roofline and throughput plots (PNG for the report, SVG for papers).
+
+
+rule plot_roofline_env:
+    input:
+        points="results/roofline_points.csv",
+        ceilings="results/{env}/ceilings.json",
+    output:
+        png=report(
+            "results/plots/roofline_{env}.png",
+            caption="../report/roofline_env.rst",
+            category="4. Roofline",
+            labels={"figure": "roofline {env}"},
+        ),
+        svg="results/plots/roofline_{env}.svg",
+    log:
+        "results/logs/plots/roofline_{env}.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_roofline.py"),
+    shell:
+        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+        "--env {wildcards.env} --png {output.png} --svg {output.svg} > {log} 2>&1"
+
+
+rule plot_roofline_all:
+    input:
+        points="results/roofline_points.csv",
+        ceilings=ceilings_files(),
+    output:
+        png=report(
+            "results/plots/roofline_all.png",
+            caption="../report/roofline_all.rst",
+            category="4. Roofline",
+            labels={"figure": "roofline, all envs"},
+        ),
+        svg="results/plots/roofline_all.svg",
+    log:
+        "results/logs/plots/roofline_all.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_roofline.py"),
+    shell:
+        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+        "--png {output.png} --svg {output.svg} > {log} 2>&1"
+
+
+rule plot_throughput:
+    input:
+        "results/metrics.csv",
+    output:
+        png=report(
+            "results/plots/throughput.png",
+            caption="../report/throughput.rst",
+            category="3. Measurement",
+            labels={"figure": "throughput vs batch size"},
+        ),
+        svg="results/plots/throughput.svg",
+    log:
+        "results/logs/plots/throughput.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_throughput.py"),
+    shell:
+        "python {params.script} --metrics {input} --png {output.png} --svg {output.svg} "
+        "> {log} 2>&1"
