@@ -1,0 +1,106 @@
+"""Every rule has a conda env, and each stage's imports are covered by its env file.
+
+The env files can't be created here (no conda channels), so they are checked
+statically: each rule's entry script is followed through the dnnroofline modules
+it imports, and every third-party import must be a dependency of the rule's env.
+"""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "workflow" / "scripts"
+
+# import name -> conda package name, where they differ
+CONDA_NAME = {
+    "torch": "pytorch",
+    "cpuinfo": "py-cpuinfo",
+    "pynvml": "nvidia-ml-py",
+    "yaml": "pyyaml",
+    "PIL": "pillow",
+}
+# Rules that run inside Snakemake itself (run: blocks) need no env file.
+IN_PROCESS_RULES = {"all", "study_matrix"}
+
+
+def rule_blocks():
+    for smk in sorted((ROOT / "rules").glob("*.smk")):
+        text = smk.read_text()
+        for match in re.finditer(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.S | re.M):
+            yield smk.name, match.group(1), match.group(2)
+
+
+def env_dependencies(env_file: Path) -> set[str]:
+    spec = yaml.safe_load(env_file.read_text())
+    names = set()
+    for dep in spec["dependencies"]:
+        if isinstance(dep, str):
+            names.add(re.split(r"[=<>! ]", dep, maxsplit=1)[0])
+        elif isinstance(dep, dict):  # pip: [...]
+            names |= {re.split(r"[=<>! ]", p, maxsplit=1)[0] for p in dep.get("pip", [])}
+    return names
+
+
+def third_party_imports(script: Path, seen: set[Path] | None = None) -> set[str]:
+    """Top-level third-party modules imported by a script and its dnnroofline modules."""
+    seen = set() if seen is None else seen
+    if script in seen:
+        return set()
+    seen.add(script)
+    found = set()
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        else:
+            continue
+        for module in modules:
+            top = module.split(".")[0]
+            if top == "dnnroofline":
+                path = SCRIPTS / (module.replace(".", "/") + ".py")
+                if not path.exists():
+                    path = SCRIPTS / module.replace(".", "/") / "__init__.py"
+                found |= third_party_imports(path, seen)
+                if isinstance(node, ast.ImportFrom):  # from dnnroofline import x
+                    for alias in node.names:
+                        sub = SCRIPTS / "dnnroofline" / f"{alias.name}.py"
+                        if sub.exists():
+                            found |= third_party_imports(sub, seen)
+            elif top not in sys.stdlib_module_names:
+                found.add(top)
+    return found
+
+
+RULES = [(f, name, body) for f, name, body in rule_blocks() if name not in IN_PROCESS_RULES]
+
+
+def test_rules_found():
+    names = {name for _, name, _ in RULES}
+    assert {"train", "complexity", "ceilings", "ncu", "metrics", "report_sections"} <= names
+
+
+@pytest.mark.parametrize(("smk", "rule", "body"), RULES, ids=[r[1] for r in RULES])
+def test_rule_env_covers_its_imports(smk, rule, body):
+    conda = re.search(r'conda:\s*\n\s*"([^"]+)"', body)
+    assert conda, f"rule {rule} in {smk} has no conda: directive"
+    env_file = (ROOT / "rules" / conda.group(1)).resolve()
+    assert env_file.exists(), f"rule {rule}: env file {env_file} does not exist"
+    deps = env_dependencies(env_file)
+    assert "python" in deps
+    scripts = re.findall(r'script\("([^"]+)"\)', body)
+    assert scripts, f"rule {rule} calls no entry script"
+    for name in scripts:
+        needed = {CONDA_NAME.get(m, m) for m in third_party_imports(SCRIPTS / name)}
+        missing = needed - deps
+        assert not missing, f"rule {rule}: {name} imports {sorted(missing)}, not in {env_file.name}"
+
+
+def test_import_walker_sees_transitive_imports():
+    # complexity.py -> dnnroofline.complexity -> fvcore: the walk must follow the package.
+    assert "fvcore" in third_party_imports(SCRIPTS / "complexity.py")

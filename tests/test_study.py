@@ -1,0 +1,104 @@
+"""The study matrix and the config checks that run before any job."""
+
+import re
+
+import pytest
+from dnnroofline.errors import InputError
+from dnnroofline.study import Study, alternation
+
+MODELS = ["resnet18", "resnet50", "mobilenet_v2", "vgg16"]
+
+
+def make_config(**study_overrides):
+    study = {
+        "models": ["resnet18", "mobilenet_v2"],
+        "precisions": ["fp32"],
+        "batch_sizes": [8, 16],
+        "runs": 3,
+        "data": "synthetic",
+    }
+    study.update(study_overrides)
+    return {"envs": {"local": {"device": "auto", "threads": 2}}, "study": study}
+
+
+def make_study(config, device="cpu", **kw):
+    return Study(config, machine_device=device, known_models=MODELS, cpu_count=8, **kw)
+
+
+def test_run_ids_cover_the_matrix():
+    study = make_study(make_config())
+    ids = [r.run_id for r in study.runs()]
+    assert len(ids) == 2 * 1 * 2 * 3
+    assert "local_mobilenet_v2_fp32_bs16_run3" in ids
+    assert len(set(ids)) == len(ids)
+
+
+def test_env_overrides_batch_and_precision():
+    config = make_config()
+    config["envs"]["local"]["batch_sizes"] = [4]
+    config["envs"]["local"]["precisions"] = ["bf16"]
+    study = make_study(config)
+    assert {(r.batch, r.precision) for r in study.runs()} == {(4, "bf16")}
+
+
+def test_threads_default_to_all_cores():
+    config = make_config()
+    del config["envs"]["local"]["threads"]
+    assert make_study(config).threads("local") == 8
+
+
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(InputError, match=r"study.models.*'resnet5'.*'resnet50'"):
+        make_study(make_config(models=["resnet5"]))
+
+
+@pytest.mark.parametrize("precision", ["amp", "tf32"])
+def test_gpu_precision_refused_on_cpu(precision):
+    with pytest.raises(InputError, match=rf"{precision}.*env 'local'.*device cpu"):
+        make_study(make_config(precisions=["fp32", precision]))
+
+
+def test_gpu_precision_accepted_on_cuda_machine():
+    study = make_study(make_config(precisions=["fp32", "tf32", "amp", "bf16"]), device="cuda")
+    assert study.device("local") == "cuda"
+    assert len(study.runs()) == 2 * 4 * 2 * 3
+
+
+def test_cuda_env_not_measured_on_cpu_machine():
+    config = make_config()
+    config["envs"]["gcp_l4"] = {"device": "cuda", "gpu_name": "L4"}
+    study = make_study(config)
+    assert study.measure_envs == ["local"]
+    assert study.cuda_envs_measured() == []
+    assert {r.env for r in study.runs()} == {"local", "gcp_l4"}
+
+
+def test_measure_envs_must_name_an_env():
+    config = make_config()
+    config["measure_envs"] = ["lokal"]
+    with pytest.raises(InputError, match=r"measure_envs.*'lokal'.*'local'"):
+        make_study(config)
+
+
+def test_missing_data_folder_is_named():
+    config = make_config(data="/nowhere/imagenet")
+    with pytest.raises(InputError, match=r"study.data.*/nowhere/imagenet/train"):
+        make_study(config, path_exists=lambda p: False)
+
+
+def test_ambiguous_run_ids_rejected():
+    config = make_config(models=["resnet18"])
+    config["envs"] = {
+        "gcp": {"device": "cpu"},
+        "gcp_l4": {"device": "cpu"},
+    }
+    # env gcp + model l4_resnet18 would collide with env gcp_l4 + model resnet18.
+    config["study"]["models"] = ["resnet18", "l4_resnet18"]
+    with pytest.raises(InputError, match="ambiguous"):
+        Study(config, machine_device="cpu", known_models=None)
+
+
+def test_alternation_matches_whole_names_only():
+    pattern = re.compile(rf"^(?:{alternation(['gcp', 'gcp_l4'])})_x$")
+    assert pattern.match("gcp_l4_x") and pattern.match("gcp_x")
+    assert not pattern.match("gcp_l5_x")

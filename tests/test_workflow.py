@@ -1,0 +1,175 @@
+"""The real workflow: lint, dry runs of large matrices, and a tiny study end to end."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.workflow
+
+# The default study's models at a small image size, a few iterations and 2 repeats.
+TINY = {
+    "envs": {"local": {"device": "auto", "threads": 1}},
+    "study": {
+        "models": ["resnet18", "mobilenet_v2", "resnet50"],
+        "precisions": ["fp32"],
+        "batch_sizes": [2, 4],
+        "runs": 2,
+        "warmup_iters": 1,
+        "iters": 3,
+        "image_size": 32,
+        "data": "synthetic",
+    },
+    "ceilings": {"quick": True},
+}
+
+
+def snakemake(workdir: Path, *args, check=True, timeout=900):
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
+    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def write_config(workdir: Path, config: dict) -> Path:
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    path = workdir / "config" / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    table = dry_run_output.split("Job stats:")[1]
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_lint_snakefmt_ruff_clean():
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    lint = subprocess.run(
+        [str(BIN / "snakemake"), "--lint"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "."], cwd=ROOT, capture_output=True)
+    assert fmt.returncode == 0, fmt.stderr.decode()
+    ruff = subprocess.run([str(BIN / "ruff"), "check", "."], cwd=ROOT, capture_output=True)
+    assert ruff.returncode == 0, ruff.stdout.decode()
+
+
+def test_dry_run_of_a_1000_run_matrix(tmp_path):
+    config = {
+        "envs": {"local": {"device": "auto", "threads": 2}, "gcp_l4": {"device": "cuda"}},
+        "measure_envs": ["local"],
+        "study": {
+            "models": ["resnet18", "resnet50", "mobilenet_v2", "vgg16", "efficientnet_b0"],
+            "precisions": ["fp32", "bf16"],
+            "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+            "runs": 10,
+        },
+    }
+    write_config(tmp_path, config)
+    counts = job_counts(snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules").stdout)
+    assert counts["train"] == 5 * 2 * 10 * 10
+    assert counts["complexity"] == 5 * 10
+    assert counts["ceilings"] == 1 and counts["env_info"] == 1
+    assert "ncu" not in counts  # no CUDA here, and gcp_l4 is not measured on this machine
+
+
+def test_single_plot_target_builds_only_what_it_needs(tmp_path):
+    write_config(tmp_path, TINY)
+    out = snakemake(tmp_path, "-n", "--cores", "2", "results/plots/roofline_local.png").stdout
+    counts = job_counts(out)
+    assert counts["plot_roofline_env"] == 1
+    assert counts["train"] == 3 * 2 * 2
+    for unneeded in ("report_sections", "plot_throughput", "plot_roofline_all", "all"):
+        assert unneeded not in counts
+
+
+def test_bad_config_rejected_before_any_job(tmp_path):
+    bad = json.loads(json.dumps(TINY))
+    bad["study"]["precisions"] = ["fp32", "amp"]
+    write_config(tmp_path, bad)
+    proc = snakemake(tmp_path, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "'amp' is not supported on env 'local' (device cpu)" in proc.stdout + proc.stderr
+    bad["study"]["precisions"] = ["fp32"]
+    bad["study"]["batch_sizes"] = [0]
+    write_config(tmp_path, bad)
+    proc = snakemake(tmp_path, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0 and "batch_sizes" in proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """The tiny study run for real with --cores 2, then the report."""
+    workdir = tmp_path_factory.mktemp("tiny")
+    write_config(workdir, TINY)
+    snakemake(workdir, "--cores", "2")
+    snakemake(workdir, "--report", "results/report.html")
+    return workdir
+
+
+def read_csv(path):
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_tiny_study_end_to_end(tiny_study):
+    results = tiny_study / "results"
+    metrics = read_csv(results / "metrics.csv")
+    assert len(metrics) == 3 * 2 * 2
+    assert {row["status"] for row in metrics} == {"ok"}
+    assert all(float(row["images_per_s"]) > 0 for row in metrics)
+    points = read_csv(results / "roofline_points.csv")
+    assert len(points) == 3 * 2
+    for p in points:
+        assert p["ai_source"] == "analytic"
+        assert p["bound"] in ("memory", "compute")
+        assert 0 < float(p["efficiency"])
+        assert int(p["runs_ok"]) == 2
+    for name in ("roofline_local", "roofline_all", "throughput"):
+        assert (results / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (results / "plots" / f"{name}.svg").stat().st_size > 1000
+    report = (results / "report.html").read_text(errors="replace")
+    assert len(report) > 100_000
+    for section in ("design", "complexity", "measurement", "roofline", "analysis"):
+        assert f"{section}.html" in report
+
+
+def test_measurements_never_overlap_and_use_declared_threads(tiny_study):
+    results = tiny_study / "results" / "local"
+    spans = []
+    for path in sorted((results / "runs").glob("*.json")):
+        run = json.loads(path.read_text())
+        assert run["config"]["threads"] == TINY["envs"]["local"]["threads"], path.name
+        spans.append((run["start_time"], run["end_time"], path.name))
+    ceilings = json.loads((results / "ceilings.json").read_text())
+    spans.append((ceilings["start_time"], ceilings["end_time"], "ceilings"))
+    spans.sort()
+    assert len(spans) == 13
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        assert end <= start, f"{a} overlaps {b}"
+
+
+def test_rerun_does_only_new_work(tiny_study, tmp_path):
+    # Nothing left to do after a complete run.
+    out = snakemake(tiny_study, "-n", "--cores", "2").stdout
+    assert "Nothing to be done" in out
+    # A new batch size adds only its own runs and complexity, plus the aggregates.
+    config = json.loads(json.dumps(TINY))
+    config["study"]["batch_sizes"] = [2, 4, 8]
+    extra = tmp_path / "more.yaml"
+    extra.write_text(yaml.safe_dump(config))
+    counts = job_counts(snakemake(tiny_study, "-n", "--cores", "2", "--configfile", str(extra)).stdout)
+    assert counts["train"] == 3 * 2
+    assert counts["complexity"] == 3
+    assert "ceilings" not in counts and "env_info" not in counts
