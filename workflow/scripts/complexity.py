@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Analytic complexity of one training step of a torchvision classifier.
+
+    python workflow/scripts/complexity.py --arch mobilenet_v2 --batch-size 32 \\
+        --image-size 224 [--num-classes 1000] --out c.json
+
+Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MACs) of
+forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
+and the estimated peak memory, per precision. The counting method is in the ``method``
+key and in ``dnnroofline.complexity``. Nothing is downloaded (``weights=None``).
+Exit status 2 on bad input (unknown model, bad size), with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dnnroofline.errors import InputError  # noqa: E402
+from dnnroofline.io import write_json_atomic  # noqa: E402
+
+DEFAULT_THREADS = 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", required=True, help="torchvision classification model name")
+    ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
+    ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
+    ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=f"CPU threads for the probe forward (default: OMP_NUM_THREADS, else "
+        f"{DEFAULT_THREADS})",
+    )
+    ap.add_argument("--out", required=True, help="output JSON path (written atomically)")
+    return ap.parse_args(argv)
+
+
+def _threads(requested: int | None) -> int:
+    if requested is not None:
+        if requested < 1:
+            raise InputError(f"--threads {requested}: must be >= 1")
+        return requested
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise InputError(f"OMP_NUM_THREADS={env!r}: not a positive integer") from None
+        if value >= 1:
+            return value
+    return DEFAULT_THREADS
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        threads = _threads(args.threads)
+        # fvcore/torchvision apply torch.jit.script at import: a deprecation notice, not ours
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script", category=FutureWarning)
+        import torch
+
+        torch.set_num_threads(threads)
+        from dnnroofline.complexity import complexity
+
+        result = complexity(
+            args.arch,
+            batch_size=args.batch_size,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+        )
+    except InputError as exc:
+        print(f"complexity.py: error: {exc}", file=sys.stderr)
+        return 2
+    write_json_atomic(args.out, result)
+    fl = result["flops"]
+    print(
+        f"{args.arch} bs{args.batch_size} {args.image_size}px: params {result['params']:,}, "
+        f"forward {fl['forward'] / 1e9:.3f} GFLOP, train step {fl['train_step'] / 1e9:.3f} "
+        f"GFLOP, min DRAM {result['min_dram_bytes_per_step'] / 1e9:.3f} GB -> {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
