@@ -25,6 +25,6 @@ rule ncu:
         ncu=ncu_settings.get("executable", "ncu"),
         warmup=ncu_settings.get("warmup_iters", 3),
     shell:
-        "python {params.script} --ncu {params.ncu} --csv-out {output.csv} "
+        "python {params.script} --ncu {params.ncu} --env-info {input} --csv-out {output.csv} "
         "--json-out {output.json} -- python {params.driver} {params.args} "
         "--warmup-iters {params.warmup} --iters 1 > {log} 2>&1"

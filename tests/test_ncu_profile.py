@@ -1,0 +1,572 @@
+"""The ncu stage without a GPU: metric sets, the command line, failure handling,
+and profile_ncu.py end to end against a missing ncu and a fake one."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dnnroofline.errors import InputError
+from dnnroofline.ncu import is_roofline_metric, parse_ncu_csv
+from dnnroofline.ncu_profile import (
+    BASE_METRICS,
+    build_ncu_command,
+    diagnose_ncu_output,
+    filter_supported_metrics,
+    metrics_for_arch,
+    parse_compute_capability,
+    parse_query_metrics,
+    prepare_driver_argv,
+    query_metrics_command,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "ncu"
+PROFILE_NCU = ROOT / "workflow" / "scripts" / "profile_ncu.py"
+H100_RAW = DATA / "handmade_h100_raw_tensor.csv"
+
+T = "sm__ops_path_tensor_"
+CUDA_CORE = [
+    f"smsp__sass_thread_inst_executed_op_{p}{o}_pred_on.sum"
+    for p in "dfh"
+    for o in ("add", "mul", "fma")
+]
+BYTES = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum"]
+DRIVER = [
+    "python",
+    "workflow/scripts/run_train.py",
+    "--arch",
+    "resnet50",
+    "--batch-size",
+    "32",
+    "--image-size",
+    "224",
+    "--precision",
+    "bf16",
+    "--backend",
+    "cuda",
+    "--synthetic",
+    "--channels-last",
+    "--warmup-iters",
+    "3",
+    "--iters",
+    "1",
+]
+
+# --------------------------------------------------------------------------- metric sets
+
+
+def test_metrics_for_ampere_a100():
+    m = metrics_for_arch("8.0")
+    assert set(CUDA_CORE + BYTES + ["gpu__time_duration.sum"]) <= set(m)
+    for src in ("fp16_dst_fp16", "fp16_dst_fp32", "bf16_dst_fp32", "tf32_dst_fp32"):
+        assert f"{T}src_{src}_sparsity_off.sum" in m
+    assert f"{T}src_fp64.sum" in m  # A100 has FP64 tensor cores
+    assert not [x for x in m if "hgmma" in x or "fp8" in x]  # Hopper/Ada only
+    assert not [x for x in m if "sparsity_on" in x]
+
+
+def test_metrics_for_hopper():
+    m = metrics_for_arch("9.0")
+    for name in (
+        f"{T}src_bf16_dst_fp32_sparsity_off.sum",
+        f"{T}src_tf32_dst_fp32_sparsity_off.sum",
+        f"{T}src_fp16_dst_fp32_sparsity_off.sum",
+        f"{T}src_fp64.sum",
+        f"{T}src_fp8_sparsity_off.sum",
+        f"{T}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+        f"{T}op_hgmma_src_fp16_sparsity_off.sum",
+        f"{T}op_hgmma_src_tf32_dst_fp32_sparsity_off.sum",
+        f"{T}op_hmma_src_bf16_dst_fp32_sparsity_off.sum",
+    ):
+        assert name in m, name
+    assert set(CUDA_CORE + BYTES) <= set(m)
+
+
+def test_metrics_for_other_archs():
+    ga102 = metrics_for_arch((8, 6))
+    assert f"{T}src_fp64.sum" not in ga102 and f"{T}src_bf16_dst_fp32_sparsity_off.sum" in ga102
+    ada = metrics_for_arch(8.9)
+    assert f"{T}src_fp8_sparsity_off.sum" in ada and f"{T}src_fp64.sum" not in ada
+    turing = metrics_for_arch("7.5")
+    assert f"{T}src_fp16_dst_fp32.sum" in turing
+    assert not [x for x in turing if "sparsity" in x or "bf16" in x or "tf32" in x]
+    unknown = metrics_for_arch(None)
+    for cc in ("7.0", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"):
+        assert set(metrics_for_arch(cc)) <= set(unknown) | set(metrics_for_arch(cc))
+    with pytest.raises(InputError, match="Volta"):
+        metrics_for_arch("6.1")
+
+
+@pytest.mark.parametrize("cc", [None, "7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"])
+def test_every_requested_metric_is_one_the_parser_reads(cc):
+    m = metrics_for_arch(cc)
+    assert len(m) == len(set(m))
+    assert all(is_roofline_metric(x) for x in m)
+    # nvprof names (flop_count_sp, dram_read_bytes, ...) are rejected by ncu.
+    assert not [x for x in m if "__" not in x]
+    # Never the fixed-multiplier instruction counter as a FLOP source.
+    assert [x for x in m if "inst_executed_pipe_tensor" in x] == [
+        "smsp__inst_executed_pipe_tensor.sum"
+    ]
+
+
+@pytest.mark.parametrize(
+    "value,cc",
+    [("9.0", (9, 0)), (8.6, (8, 6)), ((8, 0), (8, 0)), ([7, 5], (7, 5)), ("sm_90", (9, 0))],
+)
+def test_parse_compute_capability(value, cc):
+    assert parse_compute_capability(value) == cc
+
+
+def test_parse_compute_capability_rejects():
+    assert parse_compute_capability(None) is None
+    with pytest.raises(InputError):
+        parse_compute_capability("hopper")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_hopper_command_line():
+    metrics = metrics_for_arch("9.0")
+    cmd = build_ncu_command("/opt/ncu/ncu", metrics, DRIVER, log_file="out.csv")
+    assert cmd[0] == "/opt/ncu/ncu"
+
+    def after(flag):
+        return cmd[cmd.index(flag) + 1]
+
+    assert after("--profile-from-start") == "off"
+    assert after("--target-processes") == "all"
+    assert after("--metrics").split(",") == metrics
+    assert "--csv" in cmd and after("--page") == "raw" and after("--print-units") == "base"
+    assert after("--log-file") == "out.csv"
+    assert not [a for a in cmd if "nvtx" in a.lower()]
+    # The driver comes last, unchanged, with --profile-step added once.
+    driver = cmd[cmd.index("python") :]
+    assert driver == [*DRIVER, "--profile-step"]
+    assert cmd.index("--metrics") < cmd.index("python")
+
+
+def test_command_keeps_an_existing_profile_step_and_refuses_nvtx():
+    cmd = build_ncu_command("ncu", BASE_METRICS, [*DRIVER, "--profile-step"])
+    assert cmd.count("--profile-step") == 1 and "--log-file" not in cmd
+    with pytest.raises(InputError, match="backward"):
+        build_ncu_command("ncu", BASE_METRICS, DRIVER, extra_args=["--nvtx"])
+    with pytest.raises(InputError):
+        build_ncu_command("ncu", [], DRIVER)
+    with pytest.raises(InputError):
+        build_ncu_command("ncu", BASE_METRICS, [])
+
+
+def test_prepare_driver_argv_adds_out_only_when_missing():
+    argv = prepare_driver_argv(DRIVER, "/tmp/run.json")
+    assert argv[-3:] == ["--profile-step", "--out", "/tmp/run.json"]
+    argv = prepare_driver_argv([*DRIVER, "--out", "mine.json"], "/tmp/run.json")
+    assert argv.count("--out") == 1 and "mine.json" in argv
+
+
+QUERY_OUTPUT = """\
+Device NVIDIA H100 80GB HBM3 (GH100)
+------------------------------------------------------------------- -----------------------------
+Metric Name                                                          Metric Description
+------------------------------------------------------------------- -----------------------------
+dram__bytes_read                                                     # of bytes read from DRAM
+dram__bytes_write                                                    # of bytes written to DRAM
+gpu__time_duration                                                   total duration in nanoseconds
+sm__ops_path_tensor_src_fp16_dst_fp32                                # of math ops executed in ...
+sm__ops_path_tensor_src_bf16_dst_fp32_sparsity_off                   # of math ops executed in ...
+"""
+
+
+def test_query_and_filter():
+    assert query_metrics_command("ncu") == ["ncu", "--query-metrics"]
+    assert query_metrics_command("ncu", "gh100") == ["ncu", "--query-metrics", "--chip", "gh100"]
+    names = parse_query_metrics(QUERY_OUTPUT)
+    assert names == {
+        "dram__bytes_read",
+        "dram__bytes_write",
+        "gpu__time_duration",
+        f"{T}src_fp16_dst_fp32",
+        f"{T}src_bf16_dst_fp32_sparsity_off",
+    }
+    wanted = [
+        "gpu__time_duration.sum",
+        "dram__bytes_read.sum",
+        "lts__t_bytes.sum",
+        f"{T}src_fp16_dst_fp32_sparsity_off.sum",
+        f"{T}src_bf16_dst_fp32_sparsity_off.sum",
+    ]
+    sel = filter_supported_metrics(wanted, names)
+    assert sel.kept == [
+        "gpu__time_duration.sum",
+        "dram__bytes_read.sum",
+        f"{T}src_fp16_dst_fp32.sum",
+        f"{T}src_bf16_dst_fp32_sparsity_off.sum",
+    ]
+    assert sel.dropped == ["lts__t_bytes.sum"]
+    assert sel.substituted == {
+        f"{T}src_fp16_dst_fp32_sparsity_off.sum": f"{T}src_fp16_dst_fp32.sum"
+    }
+    # Newer ncu names for DRAM read/write bytes.
+    sel = filter_supported_metrics(
+        ["dram__bytes_read.sum", "dram__bytes_write.sum"],
+        {"dram__bytes_op_read", "dram__bytes_op_write"},
+    )
+    assert sel.kept == ["dram__bytes_op_read.sum", "dram__bytes_op_write.sum"] and not sel.dropped
+
+
+# --------------------------------------------------------------------------- failures
+
+PERM_LINE = (
+    "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+    "Performance Counters on the target device 0. For instructions on enabling permissions and "
+    "to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+)
+
+
+def test_diagnose():
+    d = diagnose_ncu_output(1, f"==PROF== Connected\n{PERM_LINE}\n")
+    assert d.status == "unavailable" and d.reason == "counters_not_permitted"
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in d.message
+    assert "https://developer.nvidia.com/ERR_NVGPUCTRPERM" in d.message
+    assert PERM_LINE in d.message
+
+    d = diagnose_ncu_output(1, "==ERROR== Failed to find metric sm__foo_bar.sum\n")
+    assert d.status == "error" and d.reason == "unknown_metric" and "sm__foo_bar" in d.message
+    assert d.unknown_metrics == ["sm__foo_bar"]
+    text = "==ERROR== Failed to find metric regex:^flop_count_sp\\.(sum|min|max|avg|pct|ratio)$\n"
+    assert diagnose_ncu_output(1, text).unknown_metrics == ["flop_count_sp"]
+    # The application's own output does not count as ncu's verdict.
+    d = diagnose_ncu_output(0, "UserWarning: this op is not supported on this device\n")
+    assert d.status == "ok"
+
+    d = diagnose_ncu_output(0, "==PROF== Disconnected\n==WARNING== No kernels were profiled.\n")
+    assert d.reason == "no_kernels" and "--profile-step" in d.message
+
+    text = (
+        "==ERROR== The application returned an error code (1).\n"
+        "==WARNING== No kernels were profiled.\n"
+    )
+    d = diagnose_ncu_output(1, text)
+    assert d.reason == "no_kernels" and "failed before profiling" in d.message
+
+    d = diagnose_ncu_output(1, "==ERROR== The application returned an error code (137).\n")
+    assert d.status == "error" and d.reason == "app_failed" and "(137)" in d.message
+
+    d = diagnose_ncu_output(None, "==PROF== x\n", timed_out=True)
+    assert d.reason == "timeout"
+
+    d = diagnose_ncu_output(3, "something odd\n")
+    assert d.reason == "ncu_failed" and "3" in d.message
+
+    d = diagnose_ncu_output(0, "==PROF== Disconnected from process 1\n")
+    assert d.status == "ok" and d.message is None
+
+
+# --------------------------------------------------------------------------- end to end
+
+FAKE_NCU = """\
+#!{python}
+# A stand-in for ncu: answers --query-metrics, or "profiles" by writing a CSV to --log-file.
+import json, os, sys
+
+argv = sys.argv[1:]
+mode = os.environ.get("FAKE_NCU_MODE", "ok")
+record = os.environ.get("FAKE_NCU_RECORD")
+if record:
+    with open(record, "a") as fh:
+        fh.write(json.dumps(argv) + "\\n")
+perm = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+        "Performance Counters on the target device 0. For instructions on enabling permissions "
+        "and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+if "--query-metrics" in argv:
+    if mode == "query_perm":
+        print("Device NVIDIA H100 80GB HBM3 (GH100)")
+        print(perm)
+        sys.exit(1)
+    print("Device NVIDIA H100 80GB HBM3 (GH100)")
+    print("Metric Name      Metric Description")
+    for name in os.environ["FAKE_NCU_QUERY"].split(","):
+        print(name + "     # of something")
+    sys.exit(0)
+
+log = argv[argv.index("--log-file") + 1]
+out = argv[argv.index("--out") + 1]
+metrics = argv[argv.index("--metrics") + 1].split(",")
+rejected = os.environ.get("FAKE_NCU_REJECT", "").split(",")
+reject = [m for m in metrics if m.split(".")[0] in rejected]
+if reject:
+    with open(log, "w") as fh:
+        fh.write("==PROF== Connected to process 4242 (/usr/bin/python3)\\n")
+        for m in reject:
+            base = m.split(".")[0]
+            fh.write(f"==ERROR== Failed to find metric regex:^{{base}}\\\\.(sum|min|max|avg)$\\n")
+    sys.exit(1)
+print("the driver's own stdout: step 0 loss 6.9")  # application output goes to the console
+with open(log, "w") as fh:
+    fh.write("==PROF== Connected to process 4242 (/usr/bin/python3)\\n")
+    if mode == "ok" or mode == "oom":
+        fh.write(open(os.environ["FAKE_NCU_CSV"]).read())
+        fh.write("==PROF== Disconnected from process 4242\\n")
+        status = {{"ok": "ok", "oom": "oom"}}[mode]
+        with open(out, "w") as o:
+            msg = None if status == "ok" else "CUDA out of memory"
+            json.dump({{"status": status, "message": msg}}, o)
+        sys.exit(0)
+    if mode == "perm":
+        fh.write(perm + "\\n")
+        fh.write("==PROF== Disconnected from process 4242\\n")
+        fh.write("==WARNING== No kernels were profiled.\\n")
+        sys.exit(0)
+    if mode == "appfail":
+        fh.write("==ERROR== The application returned an error code (1).\\n")
+        fh.write("==WARNING== No kernels were profiled.\\n")
+        with open(out, "w") as o:
+            json.dump({{"status": "error", "message": "boom"}}, o)
+        sys.exit(1)
+"""
+
+
+@pytest.fixture
+def fake_ncu(tmp_path):
+    exe = tmp_path / "bin" / "ncu"
+    exe.parent.mkdir()
+    exe.write_text(FAKE_NCU.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+def run_stage(tmp_path, ncu, *extra, mode="ok", query=None, csv=H100_RAW, reject=()):
+    env = dict(os.environ)
+    env.update(
+        FAKE_NCU_REJECT=",".join(reject),
+        FAKE_NCU_MODE=mode,
+        FAKE_NCU_CSV=str(csv),
+        FAKE_NCU_RECORD=str(tmp_path / "calls.jsonl"),
+        FAKE_NCU_QUERY=",".join(query or []),
+    )
+    out = tmp_path / "results" / "gpu" / "ncu"
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(PROFILE_NCU),
+            "--ncu",
+            str(ncu),
+            "--csv-out",
+            str(out / "gpu_resnet50_bf16_bs32.csv"),
+            "--json-out",
+            str(out / "gpu_resnet50_bf16_bs32.json"),
+            *extra,
+            "--",
+            *DRIVER,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    js = out / "gpu_resnet50_bf16_bs32.json"
+    return (
+        p,
+        (json.loads(js.read_text()) if js.exists() else None),
+        out / "gpu_resnet50_bf16_bs32.csv",
+    )
+
+
+def calls(tmp_path):
+    f = tmp_path / "calls.jsonl"
+    return [json.loads(ln) for ln in f.read_text().splitlines()] if f.exists() else []
+
+
+def assert_empty_counters(r):
+    assert r["kernels"] == []
+    t = r["totals"]
+    assert t["kernels"] == 0 and t["time_s"] is None
+    assert all(v is None for v in t["flop"].values())
+    assert all(v is None for v in t["bytes"].values())
+
+
+def test_stage_without_ncu_is_unavailable_not_a_crash(tmp_path):
+    p, r, csv_path = run_stage(tmp_path, "/nonexistent/ncu")
+    assert p.returncode == 0, p.stderr
+    assert r["status"] == "unavailable" and r["reason"] == "ncu_not_found"
+    assert "/nonexistent/ncu" in r["message"] and "--ncu" in r["message"]
+    assert "not found" in r["message"]
+    assert_empty_counters(r)
+    assert csv_path.exists() and "not found" in csv_path.read_text()
+    with pytest.raises(InputError, match="not found"):  # the note reads as "no table"
+        parse_ncu_csv(csv_path)
+
+
+def test_stage_with_a_name_not_on_path(tmp_path):
+    p, r, _ = run_stage(tmp_path, "ncu-does-not-exist-here")
+    assert p.returncode == 0 and r["status"] == "unavailable"
+
+
+def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):
+    supported = [m.split(".")[0] for m in metrics_for_arch("9.0") if "op_hmma" not in m]
+    p, r, csv_path = run_stage(tmp_path, fake_ncu, "--compute-capability", "9.0", query=supported)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert r["status"] == "ok" and r["message"] is None, r["message"]
+    # The parser's output for the CSV ncu wrote ...
+    expected = parse_ncu_csv(H100_RAW)
+    assert r["totals"] == expected["totals"]
+    assert r["totals"]["flop"]["total"] == 139_605_445_731
+    assert r["totals"]["bytes"]["dram"] == 364_904_448
+    assert len(r["kernels"]) == 3
+    assert r["source_file"] == str(csv_path)
+    # ... plus what was run.
+    ncu = r["ncu"]
+    assert ncu["compute_capability"] == "9.0"
+    assert ncu["metrics_requested"] == metrics_for_arch("9.0")
+    assert ncu["metrics_dropped"] == [m for m in metrics_for_arch("9.0") if "op_hmma" in m]
+    assert ncu["metrics"] == [m for m in metrics_for_arch("9.0") if "op_hmma" not in m]
+    assert ncu["metric_query"]["ok"] is True
+    assert isinstance(ncu["wall_s"], float) and ncu["returncode"] == 0
+    assert ncu["command"][0] == str(fake_ncu)
+    assert r["driver_run"]["status"] == "ok"
+    # The real invocation: query first, then the profile of the whole step.
+    q, prof = calls(tmp_path)
+    assert q == ["--query-metrics"]
+    assert prof[prof.index("--profile-from-start") + 1] == "off"
+    assert prof[prof.index("--metrics") + 1].split(",") == ncu["metrics"]
+    assert not [a for a in prof if "nvtx" in a.lower()]
+    driver = prof[prof.index("python") :]
+    assert driver[: len(DRIVER)] == DRIVER
+    assert driver[len(DRIVER)] == "--profile-step" and driver[len(DRIVER) + 1] == "--out"
+    # The raw CSV is kept, and parses on its own; app stdout stayed out of it.
+    assert parse_ncu_csv(csv_path)["totals"] == expected["totals"]
+    assert "step 0 loss" not in csv_path.read_text()
+    assert "step 0 loss" in p.stdout  # the rule's log has it
+
+
+def test_stage_permission_error(tmp_path, fake_ncu):
+    p, r, csv_path = run_stage(tmp_path, fake_ncu, "--no-query", mode="perm")
+    assert p.returncode == 0, p.stderr
+    assert r["status"] == "unavailable" and r["reason"] == "counters_not_permitted"
+    assert "ERR_NVGPUCTRPERM" in r["message"]
+    assert "https://developer.nvidia.com/ERR_NVGPUCTRPERM" in r["message"]
+    assert_empty_counters(r)
+    assert "==ERROR== ERR_NVGPUCTRPERM" in csv_path.read_text()
+    assert r["ncu"]["metric_query"]["ran"] is False
+
+
+def test_stage_permission_error_at_query_skips_the_run(tmp_path, fake_ncu):
+    p, r, _ = run_stage(tmp_path, fake_ncu, "--compute-capability", "8.0", mode="query_perm")
+    assert p.returncode == 0
+    assert r["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in r["message"]
+    assert calls(tmp_path) == [["--query-metrics"]]
+
+
+def test_stage_app_failure(tmp_path, fake_ncu):
+    p, r, csv_path = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--compute-capability", "8.0", mode="appfail"
+    )
+    assert p.returncode == 0
+    assert r["status"] == "error" and r["reason"] == "no_kernels"
+    assert "application" in r["message"]
+    assert_empty_counters(r)
+    assert "The application returned an error code" in csv_path.read_text()
+
+
+def test_stage_driver_oom_is_an_error_with_the_counters_kept(tmp_path, fake_ncu):
+    p, r, _ = run_stage(tmp_path, fake_ncu, "--no-query", "--compute-capability", "9.0", mode="oom")
+    assert p.returncode == 0
+    assert r["status"] == "error" and "oom" in r["message"]
+    assert r["totals"]["kernels"] == 3
+
+
+def test_stage_capture_without_roofline_counters_is_an_error(tmp_path, fake_ncu):
+    meinie = DATA / "meinie_torch_sdpa_flash_raw_page.csv"
+    p, r, _ = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--metrics", "gpu__time_duration.sum", csv=meinie
+    )
+    assert p.returncode == 0
+    assert r["status"] == "error" and r["reason"] == "missing_counters"
+    assert "FLOPs" in r["message"] and "DRAM" in r["message"]
+    assert r["ncu"]["metrics"] == ["gpu__time_duration.sum"]
+
+
+def test_stage_needs_a_driver_command(tmp_path):
+    p = subprocess.run(
+        [sys.executable, str(PROFILE_NCU), "--csv-out", "a.csv", "--json-out", "a.json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2 and "driver" in p.stderr
+
+
+def test_module_docstrings_explain_the_capture():
+    import dnnroofline.ncu_profile as mod
+
+    doc = textwrap.dedent(mod.__doc__)
+    assert "--profile-from-start off" in doc and "backward" in doc
+
+
+def test_stage_retries_without_metrics_ncu_rejects(tmp_path, fake_ncu):
+    bad = f"{T}op_hgmma_src_fp16_sparsity_off"
+    p, r, _ = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--compute-capability", "9.0", reject=[bad]
+    )
+    assert p.returncode == 0, p.stdout
+    assert r["status"] == "ok", r["message"]
+    assert r["ncu"]["metrics_dropped"] == [f"{bad}.sum"]
+    assert f"{bad}.sum" not in r["ncu"]["metrics"]
+    first, second = calls(tmp_path)
+    assert f"{bad}.sum" in first[first.index("--metrics") + 1].split(",")
+    assert f"{bad}.sum" not in second[second.index("--metrics") + 1].split(",")
+
+
+def test_stage_gives_up_when_ncu_rejects_every_metric(tmp_path, fake_ncu):
+    p, r, _ = run_stage(
+        tmp_path,
+        fake_ncu,
+        "--no-query",
+        "--metrics",
+        "gpu__time_duration.sum,dram__bytes.sum",
+        reject=["gpu__time_duration", "dram__bytes"],
+    )
+    assert p.returncode == 0
+    assert r["status"] == "error" and r["reason"] == "unknown_metric"
+    assert "gpu__time_duration" in r["message"]
+    assert len(calls(tmp_path)) == 1  # nothing left to retry with
+
+
+def test_stage_with_a_relative_ncu_path(tmp_path, fake_ncu):
+    env = dict(os.environ, FAKE_NCU_MODE="ok", FAKE_NCU_CSV=str(H100_RAW), FAKE_NCU_QUERY="")
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(PROFILE_NCU),
+            "--ncu",
+            "./bin/ncu",
+            "--csv-out",
+            "out/a.csv",
+            "--json-out",
+            "out/a.json",
+            "--compute-capability",
+            "9.0",
+            "--",
+            *DRIVER,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads((tmp_path / "out" / "a.json").read_text())
+    assert r["status"] == "ok", r["message"]
+    assert r["ncu"]["executable"] == str(fake_ncu)
+    assert r["ncu"]["metric_query"]["ok"] is False  # an empty list: the full set is used

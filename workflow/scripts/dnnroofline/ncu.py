@@ -1,0 +1,835 @@
+"""Parse Nsight Compute (``ncu``) CSV output into per-kernel and total counters.
+
+Accepted input (any ncu CSV a user is likely to have):
+
+* the *details* page in long form: one row per (kernel, metric), with columns
+  ``ID``, ``Kernel Name``, ``Metric Name``, ``Metric Unit``, ``Metric Value``
+  (and any others, NVTX columns with doubled quotes included);
+* ``--page raw`` in wide form: a header row, a units row, then one row per
+  kernel launch, one column per metric.
+
+Before the header there may be a UTF-8 byte-order mark, ``==PROF==`` /
+``==WARNING==`` lines and the application's own stdout; all are skipped.
+
+Method (see DESIGN.md, "ncu"):
+
+* Units are parsed per value and are decimal: 1 Kbyte = 1,000 bytes. Times go to
+  seconds, rates to "per second". Scaling is done in :class:`decimal.Decimal`, so
+  "1.08 Mbyte" is exactly 1,080,000 bytes.
+* ``n/a`` (and an empty cell) is *missing*, never 0. A quantity whose counters are
+  all missing is ``None`` (JSON ``null``).
+* CUDA-core FLOPs: ``smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum``
+  with each FMA counted as 2 FLOPs.
+* Tensor-core FLOPs: ``sm__ops_path_tensor_*.sum`` counters. They count math
+  operations (2 per multiply-accumulate), so they are used as they are; no fixed
+  FLOPs-per-instruction multiplier on ``*_inst_executed_pipe_tensor`` is ever
+  applied. Overlapping counters (an aggregate and its per-instruction breakdown,
+  ``_sparsity_off`` and the plain counter, ``src_fp16`` and
+  ``src_fp16_dst_fp32``) are never added twice: see :func:`select_tensor_counters`.
+  Integer tensor ops (``src_int8`` ...) are not FLOPs and are left out.
+* Bytes: ``dram__bytes.sum`` (else ``dram__bytes_read.sum + dram__bytes_write.sum``),
+  ``lts__t_bytes.sum`` (L2), ``l1tex__t_bytes.sum`` (L1).
+* Time: ``gpu__time_duration.sum``, else
+  ``smsp__cycles_elapsed.avg / smsp__cycles_elapsed.avg.per_second``.
+
+Everything here is pure: text in, dict out. :func:`parse_ncu_csv` only reads the
+file it is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from dnnroofline.errors import InputError
+
+# --------------------------------------------------------------------------- metric names
+
+TIME_METRIC = "gpu__time_duration.sum"
+CYCLES_METRIC = "smsp__cycles_elapsed.avg"
+CYCLES_RATE_METRIC = "smsp__cycles_elapsed.avg.per_second"
+# sm__ variant: same meaning, used by some hand-made metric sets (e.g. NERSC scripts).
+ALT_CYCLES_METRIC = "sm__cycles_elapsed.avg"
+ALT_CYCLES_RATE_METRIC = "sm__cycles_elapsed.avg.per_second"
+
+DRAM_METRIC = "dram__bytes.sum"
+DRAM_READ_METRIC = "dram__bytes_read.sum"
+DRAM_WRITE_METRIC = "dram__bytes_write.sum"
+# Newer ncu versions / GPUs (e.g. GB202) name them dram__bytes_op_{read,write}.
+DRAM_READ_ALT_METRIC = "dram__bytes_op_read.sum"
+DRAM_WRITE_ALT_METRIC = "dram__bytes_op_write.sum"
+DRAM_READ_METRICS = (DRAM_READ_METRIC, DRAM_READ_ALT_METRIC)
+DRAM_WRITE_METRICS = (DRAM_WRITE_METRIC, DRAM_WRITE_ALT_METRIC)
+L2_METRIC = "lts__t_bytes.sum"
+L1_METRIC = "l1tex__t_bytes.sum"
+BYTES_METRICS = (DRAM_METRIC, *DRAM_READ_METRICS, *DRAM_WRITE_METRICS, L2_METRIC, L1_METRIC)
+
+
+def _cuda_core(prefix: str) -> tuple[tuple[str, int], ...]:
+    base = "smsp__sass_thread_inst_executed_op_{}{}_pred_on.sum"
+    return (
+        (base.format(prefix, "add"), 1),
+        (base.format(prefix, "mul"), 1),
+        (base.format(prefix, "fma"), 2),
+    )
+
+
+#: CUDA-core FLOP counters per precision, with FLOPs per counted thread instruction.
+CUDA_CORE_FLOP_METRICS: dict[str, tuple[tuple[str, int], ...]] = {
+    "fp64": _cuda_core("d"),
+    "fp32": _cuda_core("f"),
+    "fp16": _cuda_core("h"),
+}
+CUDA_CORE_METRIC_NAMES = tuple(n for group in CUDA_CORE_FLOP_METRICS.values() for n, _ in group)
+
+#: Tensor-pipe *instruction* counters. Diagnostic only: never turned into FLOPs.
+TENSOR_PIPE_INST_METRICS = (
+    "smsp__inst_executed_pipe_tensor.sum",
+    "sm__inst_executed_pipe_tensor.sum",
+)
+
+TENSOR_OPS_RE = re.compile(
+    r"^sm__ops_path_tensor_"
+    r"(?:op_(?P<op>[a-z0-9]+)_)?"
+    r"src_(?P<src>[a-z0-9]+(?:_(?!dst_|sparsity_)[a-z0-9]+)*)"
+    r"(?:_dst_(?P<dst>[a-z0-9]+))?"
+    r"(?:_sparsity_(?P<sp>on|off))?"
+    r"\.sum$"
+)
+FLOAT_TENSOR_TYPES = frozenset(
+    {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "e4m3", "e5m2", "e2m1"}
+)
+INT_TENSOR_TYPES = frozenset({"int1", "int4", "int8", "b1", "u4", "s4", "u8", "s8"})
+
+# Display names of the details page that mean the same as a raw metric.
+DETAILS_ALIASES = {"Duration": TIME_METRIC}
+
+_FIXED_METRICS = frozenset(
+    {
+        TIME_METRIC,
+        CYCLES_METRIC,
+        CYCLES_RATE_METRIC,
+        ALT_CYCLES_METRIC,
+        ALT_CYCLES_RATE_METRIC,
+        *BYTES_METRICS,
+        *CUDA_CORE_METRIC_NAMES,
+        *TENSOR_PIPE_INST_METRICS,
+    }
+)
+
+# Expected dimension of each metric (after unit parsing); None = any count-like unit.
+_DIMENSIONS: dict[str, frozenset[str]] = {
+    TIME_METRIC: frozenset({"second"}),
+    **{m: frozenset({"byte"}) for m in BYTES_METRICS},
+    CYCLES_METRIC: frozenset({"cycle", ""}),
+    ALT_CYCLES_METRIC: frozenset({"cycle", ""}),
+    CYCLES_RATE_METRIC: frozenset({"cycle/second", "1/second"}),
+    ALT_CYCLES_RATE_METRIC: frozenset({"cycle/second", "1/second"}),
+}
+_NOT_COUNT_DIMENSIONS = frozenset({"second", "byte", "%"})
+
+
+def is_roofline_metric(name: str) -> bool:
+    """True for the metrics this parser reads (all others are ignored)."""
+    return name in _FIXED_METRICS or bool(TENSOR_OPS_RE.match(name))
+
+
+# --------------------------------------------------------------------------- values and units
+
+_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+_GROUPED_NUMBER = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+_MISSING = frozenset({"", "n/a", "na", "nan", "-nan", "none", "(!) n/a"})
+
+
+def parse_number(text: str) -> Decimal | None:
+    """``"159,383,552"`` -> Decimal; ``"n/a"`` or ``""`` -> None; garbage -> ValueError.
+
+    Commas are accepted only as thousands separators (groups of three digits), so
+    a decimal comma such as ``"1,5"`` is rejected rather than misread.
+    """
+    s = text.strip()
+    if s.lower() in _MISSING:
+        return None
+    if _GROUPED_NUMBER.match(s):
+        s = s.replace(",", "")
+    elif not _PLAIN_NUMBER.match(s):
+        raise ValueError(f"not a number: {text!r}")
+    try:
+        value = Decimal(s)
+    except InvalidOperation as err:  # pragma: no cover - the regexes above guard this
+        raise ValueError(f"not a number: {text!r}") from err
+    if not value.is_finite():  # pragma: no cover - the regexes do not admit inf/nan
+        return None
+    return value
+
+
+_DECIMAL_PREFIX = {
+    "": Decimal(1),
+    "K": Decimal(10) ** 3,
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+}
+_BINARY_PREFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+}
+_TIME_UNITS = {
+    "psecond": Decimal("1e-12"),
+    "ps": Decimal("1e-12"),
+    "nsecond": Decimal("1e-9"),
+    "ns": Decimal("1e-9"),
+    "usecond": Decimal("1e-6"),
+    "us": Decimal("1e-6"),
+    "\u00b5s": Decimal("1e-6"),
+    "\u03bcs": Decimal("1e-6"),
+    "msecond": Decimal("1e-3"),
+    "ms": Decimal("1e-3"),
+    "second": Decimal(1),
+    "sec": Decimal(1),
+    "s": Decimal(1),
+}
+_COUNT_BASES = (
+    "byte",
+    "inst",
+    "cycle",
+    "warp",
+    "thread",
+    "block",
+    "sector",
+    "request",
+    "wavefront",
+    "transaction",
+    "instruction",
+    "flop",
+    "ops",
+    "op",
+)
+_PREFIXED = re.compile(
+    r"^(?P<prefix>Ki|Mi|Gi|Ti|[kKMGTPE]?)(?P<base>" + "|".join(_COUNT_BASES) + r"|B)$"
+)
+_HERTZ = re.compile(r"^(?P<prefix>[kKMGT]?)hz$", re.IGNORECASE)
+
+
+def unit_scale(unit: str) -> tuple[Decimal, str]:
+    """Factor to base units and the base dimension of an ncu unit string.
+
+    ``"Kbyte"`` -> (1000, "byte"), ``"usecond"`` -> (1e-6, "second"),
+    ``"Gbyte/second"`` -> (1e9, "byte/second"), ``"Ghz"`` -> (1e9, "1/second"),
+    ``"cycle/nsecond"`` -> (1e9, "cycle/second"), ``"%"`` -> (1, "%").
+    An unknown unit is left as it is (factor 1, its own name as the dimension).
+    Prefixes are decimal (SI); only explicit binary prefixes (``KiB``) use 1024.
+    """
+    u = unit.strip()
+    if u in ("", "%"):
+        return Decimal(1), u
+    if "/" in u:
+        num, _, den = u.partition("/")
+        fn, dn = unit_scale(num) if num.strip() not in ("", "1") else (Decimal(1), "1")
+        fd, dd = unit_scale(den)
+        return fn / fd, f"{dn}/{dd}"
+    if u in _TIME_UNITS:
+        return _TIME_UNITS[u], "second"
+    m = _HERTZ.match(u)
+    if m:
+        return _DECIMAL_PREFIX[m.group("prefix")], "1/second"
+    m = _PREFIXED.match(u)
+    if m:
+        prefix, base = m.group("prefix"), m.group("base")
+        factor = _BINARY_PREFIX[prefix] if prefix in _BINARY_PREFIX else _DECIMAL_PREFIX[prefix]
+        return factor, "byte" if base == "B" else base
+    return Decimal(1), u
+
+
+# --------------------------------------------------------------------------- tensor counters
+
+
+@dataclass(frozen=True)
+class TensorCounter:
+    name: str
+    op: str | None  # None: aggregate over every instruction (hmma, hgmma, ...)
+    src: frozenset[str]
+    dst: str | None  # None: any destination type
+    sparsity: str | None  # "on", "off" or None (both)
+
+    @property
+    def is_float(self) -> bool:
+        return bool(self.src) and self.src <= FLOAT_TENSOR_TYPES
+
+    def covers(self, other: TensorCounter) -> bool:
+        """Every op counted by ``other`` is also counted by ``self`` (sparsity aside)."""
+        return (
+            (self.op is None or self.op == other.op)
+            and self.src >= other.src
+            and (self.dst is None or self.dst == other.dst)
+        )
+
+
+def parse_tensor_counter(name: str) -> TensorCounter | None:
+    m = TENSOR_OPS_RE.match(name)
+    if not m:
+        return None
+    return TensorCounter(
+        name=name,
+        op=m.group("op"),
+        src=frozenset(m.group("src").split("_")),
+        dst=m.group("dst"),
+        sparsity=m.group("sp"),
+    )
+
+
+def select_tensor_counters(names: list[str] | set[str]) -> tuple[list[str], list[str]]:
+    """Choose the tensor-path counters whose sum is the tensor FLOP count, with no overlap.
+
+    Returns ``(selected, notes)``. Rules, in order:
+
+    1. Integer sources are not FLOPs; ``_sparsity_on`` counters are left out (the
+       design counts dense ``_sparsity_off`` work).
+    2. For one (instruction, source, destination), ``_sparsity_off`` is preferred
+       to the plain counter (which also holds sparse ops).
+    3. Where aggregate counters (``sm__ops_path_tensor_src_*``, every instruction)
+       exist for a source type, the per-instruction breakdown
+       (``sm__ops_path_tensor_op_hmma_*``, ``..._op_hgmma_*``) of that type is
+       dropped: it is already inside the aggregate.
+    4. A counter covered by a broader one (``src_fp16`` covers
+       ``src_fp16_dst_fp32``; ``src_fp16_bf16_tf32_dst_fp32`` covers
+       ``src_bf16_dst_fp32``) is dropped.
+    Any overlap left after that is reported in ``notes``.
+    """
+    notes: list[str] = []
+    counters = [c for c in (parse_tensor_counter(n) for n in sorted(set(names))) if c]
+    floats = []
+    for c in counters:
+        if c.is_float:
+            floats.append(c)
+        elif not (c.src <= INT_TENSOR_TYPES):
+            notes.append(f"unrecognised tensor counter {c.name}: not counted as FLOPs")
+    dense = [c for c in floats if c.sparsity != "on"]
+    by_key: dict[tuple, TensorCounter] = {}
+    for c in dense:
+        key = (c.op, c.src, c.dst)
+        if key not in by_key or c.sparsity == "off":
+            by_key[key] = c
+    chosen = list(by_key.values())
+    aggregate_types = set().union(*(c.src for c in chosen if c.op is None)) if chosen else set()
+    chosen = [c for c in chosen if c.op is None or not (c.src & aggregate_types)]
+    kept = [
+        c
+        for c in chosen
+        if not any(
+            d is not c and d.covers(c) and not (c.covers(d) and d.name > c.name) for d in chosen
+        )
+    ]
+    for i, a in enumerate(kept):
+        for b in kept[i + 1 :]:
+            same_op = a.op is None or b.op is None or a.op == b.op
+            same_dst = a.dst is None or b.dst is None or a.dst == b.dst
+            if same_op and same_dst and a.src & b.src:
+                notes.append(
+                    f"tensor counters {a.name} and {b.name} overlap: "
+                    "tensor FLOPs may be overcounted"
+                )
+    return sorted(c.name for c in kept), notes
+
+
+# --------------------------------------------------------------------------- reading the table
+
+
+@dataclass
+class _Kernel:
+    key: tuple
+    id: Any
+    name: str
+    line: int
+    cc: str | None = None
+    values: dict[str, Decimal | None] = field(default_factory=dict)
+
+
+@dataclass
+class _Table:
+    layout: str
+    kernels: list[_Kernel]
+    messages: list[str]
+    present: set[str]
+    warnings: list[str]
+
+
+_MSG_LINE = re.compile(r"^==[A-Za-z_\- ]+==")
+
+
+def _split(line: str, source: str, lineno: int) -> list[str]:
+    try:
+        rows = list(csv.reader([line], strict=True))
+    except csv.Error as err:
+        raise InputError(
+            f"{source}: line {lineno}: malformed CSV row ({err}); "
+            "the file looks truncated or corrupted"
+        ) from None
+    return rows[0] if rows else []
+
+
+def _is_header(cells: list[str]) -> bool:
+    stripped = [c.strip() for c in cells]
+    return "Kernel Name" in stripped and len(stripped) >= 3
+
+
+def _error_lines(lines: list[str]) -> list[str]:
+    return [ln.strip() for ln in lines if _MSG_LINE.match(ln.strip())]
+
+
+def _no_table_error(source: str, lines: list[str]) -> InputError:
+    msgs = _error_lines(lines)
+    if msgs:
+        quoted = "\n".join(f"  {m}" for m in msgs[-20:])
+        hint = ""
+        if any("ERR_NVGPUCTRPERM" in m for m in msgs):
+            hint = (
+                "\nncu was not allowed to read the GPU performance counters; see "
+                "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+            )
+        return InputError(f"{source}: no ncu table in this file; ncu said:\n{quoted}{hint}")
+    nonblank = [ln for ln in lines if ln.strip()]
+    if not nonblank:
+        return InputError(f"{source}: the file is empty: no ncu table")
+    first = "\n".join(f"  {ln[:120]}" for ln in nonblank[:3])
+    return InputError(
+        f"{source}: no ncu CSV table found (no header row with a 'Kernel Name' column); "
+        f"the file starts with:\n{first}"
+    )
+
+
+def _check_row(
+    cells: list[str], line: str, width: int, source: str, lineno: int, last: bool
+) -> None:
+    if line.count('"') % 2 or len(cells) != width:
+        where = "the last row" if last else "a row"
+        raise InputError(
+            f"{source}: line {lineno}: {where} has {len(cells)} fields where the header has {width}"
+            f"{' (unbalanced quotes)' if line.count(chr(34)) % 2 else ''}; "
+            "the CSV is truncated or corrupted"
+        )
+
+
+def _convert(raw: str, unit: str, metric: str, source: str, lineno: int) -> Decimal | None:
+    try:
+        value = parse_number(raw)
+    except ValueError:
+        raise InputError(
+            f"{source}: line {lineno}: metric {metric}: value {raw!r} is not a number"
+        ) from None
+    factor, dim = unit_scale(unit)
+    allowed = _DIMENSIONS.get(metric)
+    if allowed is not None:
+        ok = dim in allowed
+    else:  # a count (instructions, ops): any unit but a time, a size, a percentage or a rate
+        ok = dim not in _NOT_COUNT_DIMENSIONS and "/" not in dim
+    if not ok:
+        raise InputError(f"{source}: line {lineno}: metric {metric}: unexpected unit {unit!r}")
+    return None if value is None else value * factor
+
+
+def _read_table(text: str, source: str) -> _Table:
+    lines = text.split("\n")
+    # Strip a trailing "\r" (CRLF files) and byte-order marks at the start of any line.
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    lines = [ln.lstrip("\ufeff") for ln in lines]
+    last_content = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+
+    header_at = None
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if not s or _MSG_LINE.match(s) or "Kernel Name" not in s:
+            continue
+        try:
+            cells = next(csv.reader([ln]))
+        except (csv.Error, StopIteration):
+            continue
+        if _is_header(cells):
+            header_at = i
+            break
+    if header_at is None:
+        raise _no_table_error(source, lines)
+
+    header = [c.strip() for c in _split(lines[header_at], source, header_at + 1)]
+    width = len(header)
+    # ==ERROR== / ==WARNING== lines (not the per-kernel ==PROF== progress lines).
+    messages = [m for m in _error_lines(lines) if not m.startswith("==PROF==")][:50]
+    col = {}
+    for j, name in enumerate(header):
+        col.setdefault(name, j)
+    layout = "details" if {"Metric Name", "Metric Value"} <= set(col) else "raw"
+    if "Metric Name" in col and "Metric Value" not in col:
+        raise InputError(
+            f"{source}: line {header_at + 1}: this is a summary table (columns "
+            f"{', '.join(h for h in header if h in ('Minimum', 'Maximum', 'Average')) or 'no'} "
+            "values per metric, e.g. --print-summary), not per-kernel values; export the details "
+            "page (ncu --csv) or the raw page (ncu --csv --page raw) instead"
+        )
+    warnings: list[str] = []
+    kernels: dict[tuple, _Kernel] = {}
+    present: set[str] = set()
+    conflicts = 0
+    aliased: set[tuple] = set()  # (kernel, metric) values taken from a display name
+    units: list[str] | None = None
+
+    def get(cells: list[str], name: str, default: str = "") -> str:
+        j = col.get(name)
+        return cells[j].strip() if j is not None else default
+
+    i = header_at + 1
+    while i < len(lines):
+        ln = lines[i]
+        lineno = i + 1
+        i += 1
+        s = ln.strip()
+        if not s or _MSG_LINE.match(s):
+            continue
+        cells = _split(ln, source, lineno)
+        _check_row(cells, ln, width, source, lineno, last=(lineno - 1 == last_content))
+        if [c.strip() for c in cells] == header:  # a repeated header (several processes)
+            units = None
+            continue
+        kid = get(cells, "ID")
+        if layout == "raw":
+            if kid == "" and units is None:  # the units row under the header
+                units = [c.strip() for c in cells]
+                continue
+            key = (get(cells, "Process ID"), kid, lineno)
+            kern = _Kernel(
+                key,
+                _kernel_id(kid, len(kernels)),
+                cells[col["Kernel Name"]],
+                lineno,
+                get(cells, "CC") or None,
+            )
+            kernels[key] = kern
+            for name, j in col.items():
+                if not is_roofline_metric(name):
+                    continue
+                present.add(name)
+                unit = units[j] if units is not None else ""
+                kern.values[name] = _convert(cells[j], unit, name, source, lineno)
+        else:
+            key = (get(cells, "Process ID"), kid)
+            kern = kernels.get(key)
+            if kern is None:
+                kern = _Kernel(
+                    key,
+                    _kernel_id(kid, len(kernels)),
+                    cells[col["Kernel Name"]],
+                    lineno,
+                    get(cells, "CC") or None,
+                )
+                kernels[key] = kern
+            name = get(cells, "Metric Name")
+            unit = get(cells, "Metric Unit")
+            raw_value = get(cells, "Metric Value")
+            from_alias = name in DETAILS_ALIASES and unit_scale(unit)[1] == "second"
+            if from_alias:
+                name = DETAILS_ALIASES[name]
+                if name in kern.values:
+                    continue  # the real metric wins over its display name
+            if not is_roofline_metric(name):
+                continue
+            present.add(name)
+            value = _convert(raw_value, unit, name, source, lineno)
+            if name in kern.values and (key, name) not in aliased:
+                if kern.values[name] != value:
+                    conflicts += 1
+                continue
+            kern.values[name] = value
+            if from_alias:
+                aliased.add((key, name))
+            else:
+                aliased.discard((key, name))
+    if layout == "details":  # a metric some kernels report and others lack is missing there
+        for kern in kernels.values():
+            for name in present - kern.values.keys():
+                kern.values[name] = None
+    if conflicts:
+        warnings.append(
+            f"{conflicts} duplicate metric rows with different values; the first was kept"
+        )
+    return _Table(layout, list(kernels.values()), messages, present, warnings)
+
+
+def _kernel_id(text: str, index: int) -> Any:
+    if text.isdigit():
+        return int(text)
+    return text if text else index
+
+
+# --------------------------------------------------------------------------- quantities
+
+
+def _out(value: Decimal | None, integral: bool = True) -> int | float | None:
+    if value is None:
+        return None
+    if integral and value == value.to_integral_value() and abs(value) < 2**63:
+        return int(value)
+    return float(value)
+
+
+class _Missing:
+    """Counts kernels where a quantity could not be computed, per reason."""
+
+    def __init__(self) -> None:
+        self.reasons: Counter[str] = Counter()
+
+    def add(self, reason: str) -> None:
+        self.reasons[reason] += 1
+
+
+def _weighted_sum(
+    values: dict[str, Decimal | None],
+    terms: tuple[tuple[str, int], ...] | list[tuple[str, int]],
+    what: str,
+    missing: _Missing,
+) -> Decimal | None:
+    found = [(n, f) for n, f in terms if n in values]
+    known = [values[n] * f for n, f in found if values[n] is not None]
+    if found and len(known) < len(found):
+        gone = sorted(n for n, _ in found if values[n] is None)
+        if known:
+            missing.add(f"{what}: {', '.join(gone)} n/a, summed the other counters")
+        else:
+            missing.add(f"{what}: {', '.join(gone)} n/a, {what} is null")
+    return sum(known, Decimal(0)) if known else None
+
+
+def _kernel_quantities(k: _Kernel, tensor_names: list[str], missing: _Missing) -> dict:
+    v = k.values
+    flop: dict[str, Decimal | None] = {}
+    for prec, terms in CUDA_CORE_FLOP_METRICS.items():
+        flop[prec] = _weighted_sum(v, terms, f"flop.{prec}", missing)
+    flop["tensor"] = _weighted_sum(v, [(n, 1) for n in tensor_names], "flop.tensor", missing)
+    parts = [x for x in flop.values() if x is not None]
+    flop["total"] = sum(parts, Decimal(0)) if parts else None
+
+    time = v.get(TIME_METRIC)
+    if time is None:
+        for cyc, rate in (
+            (CYCLES_METRIC, CYCLES_RATE_METRIC),
+            (ALT_CYCLES_METRIC, ALT_CYCLES_RATE_METRIC),
+        ):
+            c, r = v.get(cyc), v.get(rate)
+            if c is not None and r is not None and r > 0:
+                time = c / r
+                break
+
+    read = next((v[m] for m in DRAM_READ_METRICS if v.get(m) is not None), None)
+    write = next((v[m] for m in DRAM_WRITE_METRICS if v.get(m) is not None), None)
+    dram = v.get(DRAM_METRIC)
+    if dram is None and read is not None and write is not None:
+        dram = read + write
+    if dram is None and (read is None) != (write is None) and DRAM_METRIC not in v:
+        gone = " / ".join(DRAM_WRITE_METRICS if write is None else DRAM_READ_METRICS)
+        missing.add(f"bytes.dram: {gone} absent or n/a, DRAM bytes are null")
+    bytes_ = {
+        "dram": dram,
+        "l2": v.get(L2_METRIC),
+        "l1": v.get(L1_METRIC),
+        "dram_read": read,
+        "dram_write": write,
+    }
+    return {"time_s": time, "flop": flop, "bytes": bytes_}
+
+
+def _sum_optional(values: list[Decimal | None]) -> Decimal | None:
+    known = [x for x in values if x is not None]
+    return sum(known, Decimal(0)) if known else None
+
+
+FLOP_KEYS = ("fp64", "fp32", "fp16", "tensor", "total")
+BYTES_KEYS = ("dram", "l2", "l1", "dram_read", "dram_write")
+
+
+def _missing_roofline_metrics(present: set[str], tensor_names: list[str]) -> list[str]:
+    problems = []
+    if not (set(CUDA_CORE_METRIC_NAMES) & present) and not tensor_names:
+        problems.append(
+            "no FLOP counters: need "
+            "smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum "
+            "and/or sm__ops_path_tensor_*_sparsity_off.sum"
+        )
+    has_read = bool(set(DRAM_READ_METRICS) & present)
+    has_write = bool(set(DRAM_WRITE_METRICS) & present)
+    if DRAM_METRIC not in present and not (has_read and has_write):
+        problems.append(
+            f"no DRAM byte counters: need {DRAM_METRIC} or {DRAM_READ_METRIC} + {DRAM_WRITE_METRIC}"
+        )
+    return problems
+
+
+def parse_ncu_text(
+    text: str, source: str = "<ncu csv>", *, require_roofline_metrics: bool = False
+) -> dict:
+    """Parse the text of an ncu CSV (details or raw page). See :func:`parse_ncu_csv`."""
+    table = _read_table(text, source)
+    if not table.kernels:
+        msgs = "".join(f"\n  {m}" for m in table.messages[-10:])
+        raise InputError(f"{source}: the ncu table has a header but no kernel rows{msgs}")
+    tensor_names, notes = select_tensor_counters(
+        {n for n in table.present if TENSOR_OPS_RE.match(n)}
+    )
+    warnings = list(table.warnings) + notes
+    if require_roofline_metrics:
+        problems = _missing_roofline_metrics(table.present, tensor_names)
+        if problems:
+            raise InputError(
+                f"{source}: cannot place this capture on a roofline: " + "; ".join(problems)
+            )
+
+    missing = _Missing()
+    kernels_out = []
+    per_kernel = []
+    for k in table.kernels:
+        q = _kernel_quantities(k, tensor_names, missing)
+        per_kernel.append(q)
+        kernels_out.append(
+            {
+                "id": k.id,
+                "name": k.name,
+                "time_s": _out(q["time_s"], integral=False),
+                "flop": {key: _out(q["flop"][key]) for key in FLOP_KEYS},
+                "bytes": {key: _out(q["bytes"][key]) for key in BYTES_KEYS},
+            }
+        )
+
+    n = len(per_kernel)
+    incomplete: dict[str, int] = {}
+
+    def total(path: tuple[str, ...]) -> Decimal | None:
+        vals = []
+        for q in per_kernel:
+            x: Any = q
+            for p in path:
+                x = x[p]
+            vals.append(x)
+        gaps = sum(1 for x in vals if x is None)
+        if 0 < gaps < n:
+            incomplete[".".join(path)] = gaps
+        return _sum_optional(vals)
+
+    time_total = total(("time_s",))
+    flop_totals = {key: total(("flop", key)) for key in FLOP_KEYS}
+    bytes_totals = {key: total(("bytes", key)) for key in BYTES_KEYS}
+
+    if require_roofline_metrics:
+        nulls = [
+            name
+            for name, x in (("FLOP", flop_totals["total"]), ("DRAM bytes", bytes_totals["dram"]))
+            if x is None
+        ]
+        if nulls:
+            raise InputError(
+                f"{source}: the counters are present but n/a for every kernel, "
+                f"so {' and '.join(nulls)} "
+                "cannot be computed (does this GPU support them?)"
+            )
+
+    for reason, count in sorted(missing.reasons.items()):
+        warnings.append(f"{count} kernel(s): {reason}")
+    for path, gaps in incomplete.items():
+        warnings.append(f"totals.{path} sums {n - gaps} of {n} kernels; {gaps} kernel(s) lack it")
+    if flop_totals["tensor"] is None:
+        pipe = _sum_optional(
+            [k.values.get(m) for k in table.kernels for m in TENSOR_PIPE_INST_METRICS]
+        )
+        if pipe:
+            warnings.append(
+                f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "
+                "sm__ops_path_tensor_* counters: tensor-core FLOPs are not counted (null)"
+            )
+    per_instruction = [
+        n for n in table.present if (c := parse_tensor_counter(n)) is not None and c.op is not None
+    ]
+    if flop_totals["tensor"] is not None and set(per_instruction) - set(tensor_names):
+        # The aggregates are taken to hold every instruction path; check it.
+        op_names, _ = select_tensor_counters(per_instruction)
+        op_sum = _sum_optional([k.values.get(m) for k in table.kernels for m in op_names])
+        if op_sum is not None and op_sum > flop_totals["tensor"]:
+            warnings.append(
+                f"per-instruction tensor counters ({', '.join(op_names)}) sum to {_out(op_sum)}, "
+                f"more than the aggregate counters used ({_out(flop_totals['tensor'])}): "
+                "tensor FLOPs may be undercounted"
+            )
+
+    ai = None
+    if flop_totals["total"] is not None and bytes_totals["dram"]:
+        ai = float(flop_totals["total"] / bytes_totals["dram"])
+    ccs = sorted({k.cc for k in table.kernels if k.cc})
+    return {
+        "source_file": source,
+        "layout": table.layout,
+        "kernels": kernels_out,
+        "totals": {
+            "kernels": n,
+            "time_s": _out(time_total, integral=False),
+            "flop": {key: _out(flop_totals[key]) for key in FLOP_KEYS},
+            "bytes": {key: _out(bytes_totals[key]) for key in BYTES_KEYS},
+            "arithmetic_intensity_dram": ai,
+            "incomplete": incomplete,
+        },
+        "tensor_counters_used": tensor_names,
+        "metrics_found": sorted(table.present),
+        "compute_capability": ccs[0] if len(ccs) == 1 else (ccs or None),
+        "warnings": warnings,
+        "ncu_messages": table.messages,
+    }
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The file as text: UTF-8 (a byte-order mark is dropped), undecodable bytes replaced."""
+    return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+
+
+def parse_ncu_csv(path: str | os.PathLike, *, require_roofline_metrics: bool = False) -> dict:
+    """Parse an ncu CSV file into the parsed-ncu JSON shape (docs/contracts.md).
+
+    Returns ``{source_file, layout, kernels: [...], totals: {...}, ...}``. Raises
+    :class:`~dnnroofline.errors.InputError` naming the file (and line) for a file
+    with no table (quoting ncu's ``==ERROR==`` lines), a truncated or malformed
+    row, a value that is not a number, a unit that does not fit its metric, or a
+    table with no kernels. With ``require_roofline_metrics`` it also raises when
+    the CSV has no FLOP counters or no DRAM byte counters, naming them.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such ncu CSV file")
+    return parse_ncu_text(
+        read_text(p), str(path), require_roofline_metrics=require_roofline_metrics
+    )
+
+
+def empty_result(source: str) -> dict:
+    """The parsed-ncu shape with no kernels and null totals (a failed or missing capture)."""
+    return {
+        "source_file": source,
+        "layout": None,
+        "kernels": [],
+        "totals": {
+            "kernels": 0,
+            "time_s": None,
+            "flop": dict.fromkeys(FLOP_KEYS),
+            "bytes": dict.fromkeys(BYTES_KEYS),
+            "arithmetic_intensity_dram": None,
+            "incomplete": {},
+        },
+        "tensor_counters_used": [],
+        "metrics_found": [],
+        "compute_capability": None,
+        "warnings": [],
+        "ncu_messages": [],
+    }

@@ -1,0 +1,434 @@
+"""The ncu stage, pure part: the metric set per GPU, the ncu command line, and
+what an ncu failure means.
+
+How the step is captured (DESIGN.md, "ncu"): the driver (``run_train.py
+--profile-step``) warms up, then brackets exactly one training step (forward,
+backward, optimizer) with ``torch.cuda.profiler.start()/stop()``, and ncu runs
+with ``--profile-from-start off``. Every kernel of every CPU thread between start
+and stop is profiled, the backward pass included. NVTX push/pop filters
+(``--nvtx --nvtx-include``) are never used: push/pop ranges are per CPU thread,
+and autograd runs backward on another thread, so such a filter silently drops
+the backward pass (the nnperf fixture in tests/data/ncu shows exactly that).
+
+Output format. ncu writes the CSV itself: ``--csv --page raw --print-units base
+--log-file <file>``. Reasons, against ``--export x.ncu-rep`` then
+``ncu --import x.ncu-rep --csv``:
+
+* one ncu process instead of two, and no binary report of a few hundred MB per
+  configuration to keep or delete;
+* ``--log-file`` keeps the application's own stdout out of the CSV (it goes to
+  the console, i.e. the rule's log), while ncu's ``==PROF==``/``==ERROR==`` lines
+  land in the file, where the parser skips them but a failure can quote them;
+* the raw page has one row per kernel and one column per metric under its real
+  name (no display names, one unit per column), and ``--print-units base``
+  stops ncu from rounding values to three digits in auto-scaled units
+  (``1.08 Mbyte``). The parser still accepts any page and any units.
+
+A user who wants the GUI report can re-run the printed command with
+``--export``; it is recorded in the JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dnnroofline.errors import InputError
+from dnnroofline.ncu import (
+    CUDA_CORE_METRIC_NAMES,
+    DRAM_METRIC,
+    DRAM_READ_ALT_METRIC,
+    DRAM_READ_METRIC,
+    DRAM_WRITE_ALT_METRIC,
+    DRAM_WRITE_METRIC,
+    L1_METRIC,
+    L2_METRIC,
+    TIME_METRIC,
+)
+
+NCU_PERMISSION_DOC = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+NCU_DOWNLOAD_DOC = "https://developer.nvidia.com/nsight-compute"
+
+# --------------------------------------------------------------------------- metric sets
+#
+# Sources for the tensor-path counter names (all are "# of math ops executed in
+# Tensor path", i.e. 2 per multiply-accumulate; a measured n^3-MAC GEMM reports
+# 2*n^3):
+# * `ncu --query-metrics | grep sm__ops_` as quoted by NVIDIA staff on the NVIDIA
+#   developer forum ("How many FLOPs does one tensor_op_hmma instruction do?",
+#   forums.developer.nvidia.com/t/285256): sm__ops_path_tensor_src_bf16_dst_fp32,
+#   src_fp16_dst_fp16, src_fp16_dst_fp32, each with _sparsity_off/_sparsity_on.
+# * Public profiling scripts and notes run on A100/H100/H200/L4/RTX 40xx (GitHub
+#   code search; not an NVIDIA reference): src_tf32_dst_fp32, src_fp64 (DMMA,
+#   GA100/GH100 only), src_fp8(_sparsity_off) on Ada/Hopper, and on Hopper the
+#   per-instruction counters sm__ops_path_tensor_op_{hmma,hgmma}_src_*_sparsity_off
+#   (HGMMA = wgmma). One of them (an H100 study of HGMMA vs HMMA GEMMs) reads the
+#   aggregate sm__ops_path_tensor_src_bf16_dst_fp32 as the total over every
+#   instruction path. The parser relies on that: it uses the per-instruction
+#   counters only where no aggregate of that type exists, so nothing is counted
+#   twice, and it warns when a breakdown sums to more than its aggregate.
+# * Newer ncu/GPUs (e.g. GB202) name DRAM read/write bytes dram__bytes_op_{read,
+#   write}; see ALTERNATE_METRICS.
+# * Volta/Turing (7.x) expose no sparsity variants; whether ncu offers
+#   sm__ops_path_tensor_* there depends on the ncu version. They are requested,
+#   and the stage drops what `ncu --query-metrics` does not list on the GPU at
+#   hand (recording it); tensor FLOPs are then null, never a guess. The old
+#   "sm__inst_executed_pipe_tensor x 512" rule of the Volta roofline section is
+#   a fixed per-instruction multiplier and is not used anywhere.
+# * CUDA-core FLOPs and bytes: the NERSC hierarchical roofline metric set
+#   (Yang et al., "Hierarchical Roofline Analysis for GPUs"; the gardenia
+#   fixture holds it): smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}
+#   _pred_on.sum, dram__bytes, lts__t_bytes, l1tex__t_bytes.
+
+BASE_METRICS: tuple[str, ...] = (
+    TIME_METRIC,
+    # The parser uses dram__bytes.sum and falls back to read + write; all three
+    # are asked for, so a GPU that lacks one form still gives DRAM bytes.
+    DRAM_METRIC,
+    DRAM_READ_METRIC,
+    DRAM_WRITE_METRIC,
+    L2_METRIC,
+    L1_METRIC,
+    *CUDA_CORE_METRIC_NAMES,
+    # Diagnostic only: tells "tensor pipe busy but no ops counter" apart from
+    # "no tensor work". Never turned into FLOPs.
+    "smsp__inst_executed_pipe_tensor.sum",
+)
+
+_T = "sm__ops_path_tensor_"
+TENSOR_VOLTA_TURING = (f"{_T}src_fp16_dst_fp16.sum", f"{_T}src_fp16_dst_fp32.sum")
+TENSOR_AMPERE = (
+    f"{_T}src_fp16_dst_fp16_sparsity_off.sum",
+    f"{_T}src_fp16_dst_fp32_sparsity_off.sum",
+    f"{_T}src_bf16_dst_fp32_sparsity_off.sum",
+    f"{_T}src_tf32_dst_fp32_sparsity_off.sum",
+)
+TENSOR_FP64 = (f"{_T}src_fp64.sum",)  # DMMA: GA100 (8.0), GH100 (9.0), GB100 (10.0)
+TENSOR_FP8 = (f"{_T}src_fp8_sparsity_off.sum",)  # Ada (8.9), Hopper (9.0), Blackwell
+TENSOR_HOPPER_PER_INSTRUCTION = (
+    f"{_T}op_hmma_src_fp16_dst_fp16_sparsity_off.sum",
+    f"{_T}op_hmma_src_fp16_dst_fp32_sparsity_off.sum",
+    f"{_T}op_hmma_src_bf16_dst_fp32_sparsity_off.sum",
+    f"{_T}op_hmma_src_tf32_dst_fp32_sparsity_off.sum",
+    f"{_T}op_hgmma_src_fp16_sparsity_off.sum",
+    f"{_T}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+    f"{_T}op_hgmma_src_tf32_dst_fp32_sparsity_off.sum",
+)
+
+
+def parse_compute_capability(value: object) -> tuple[int, int] | None:
+    """``"8.6"``, ``8.6``, ``(8, 6)``, ``"sm_86"``, ``"86"`` -> ``(8, 6)``; None -> None."""
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            pass
+    text = str(value).strip().lower()
+    m = re.fullmatch(r"(?:sm_?|compute_?)?(\d+)\.(\d+)", text) or re.fullmatch(
+        r"(?:sm_?|compute_?)?(\d)(\d)", text
+    )
+    if not m:
+        raise InputError(
+            f"compute capability {value!r} is not of the form 'MAJOR.MINOR' (e.g. 9.0)"
+        )
+    return int(m.group(1)), int(m.group(2))
+
+
+def metrics_for_arch(compute_capability: object) -> list[str]:
+    """The ncu metric list for a GPU of this compute capability.
+
+    ``None`` (unknown GPU) gives the union over every architecture; the stage then
+    keeps what ``ncu --query-metrics`` lists. CC below 7.0 raises InputError:
+    Nsight Compute does not profile Pascal or older GPUs.
+    """
+    cc = parse_compute_capability(compute_capability)
+    if cc is None:
+        tensor = (
+            *TENSOR_VOLTA_TURING,
+            *TENSOR_AMPERE,
+            *TENSOR_FP64,
+            *TENSOR_FP8,
+            *TENSOR_HOPPER_PER_INSTRUCTION,
+        )
+    elif cc < (7, 0):
+        raise InputError(
+            f"compute capability {cc[0]}.{cc[1]}: "
+            "Nsight Compute supports Volta (7.0) and newer GPUs only"
+        )
+    elif cc < (8, 0):  # Volta 7.0, Xavier 7.2, Turing 7.5: no structured sparsity
+        tensor = TENSOR_VOLTA_TURING
+    elif cc == (8, 0):  # A100: FP64 tensor cores
+        tensor = (*TENSOR_AMPERE, *TENSOR_FP64)
+    elif cc < (8, 9):  # GA10x 8.6, Orin 8.7
+        tensor = TENSOR_AMPERE
+    elif cc < (9, 0):  # Ada 8.9: FP8
+        tensor = (*TENSOR_AMPERE, *TENSOR_FP8)
+    elif cc < (10, 0):  # Hopper 9.0: FP64, FP8, HMMA and HGMMA (wgmma) paths
+        tensor = (*TENSOR_AMPERE, *TENSOR_FP64, *TENSOR_FP8, *TENSOR_HOPPER_PER_INSTRUCTION)
+    else:  # Blackwell 10.x/12.x: names partly unverified; the query keeps what exists
+        tensor = (*TENSOR_AMPERE, *TENSOR_FP8, *(TENSOR_FP64 if cc[0] == 10 else ()))
+    return [*BASE_METRICS, *tensor]
+
+
+# --------------------------------------------------------------------------- query and filter
+
+
+def query_metrics_command(ncu_exe: str, chip: str | None = None) -> list[str]:
+    """``ncu --query-metrics`` for the installed GPU, or for ``chip`` (``gh100``) without one."""
+    cmd = [ncu_exe, "--query-metrics"]
+    if chip:
+        cmd += ["--chip", chip]
+    return cmd
+
+
+_QUERY_NAME = re.compile(r"^([a-z0-9]+__[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_.]+)?(?:\s|$)")
+
+
+def parse_query_metrics(text: str) -> set[str]:
+    """Base metric names (``dram__bytes_read``) listed by ``ncu --query-metrics``."""
+    names = set()
+    for line in text.splitlines():
+        m = _QUERY_NAME.match(line.strip())
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+def base_name(metric: str) -> str:
+    """``dram__bytes_read.sum`` -> ``dram__bytes_read``."""
+    return metric.split(".", 1)[0]
+
+
+#: Same quantity under another name, used when the GPU/ncu lacks the first.
+ALTERNATE_METRICS = {
+    DRAM_READ_METRIC: DRAM_READ_ALT_METRIC,
+    DRAM_WRITE_METRIC: DRAM_WRITE_ALT_METRIC,
+}
+
+
+@dataclass
+class MetricSelection:
+    kept: list[str]
+    dropped: list[str]
+    substituted: dict[str, str]
+
+
+def filter_supported_metrics(metrics: Sequence[str], available: Iterable[str]) -> MetricSelection:
+    """Keep the metrics whose base name ncu lists; record the rest.
+
+    A ``..._sparsity_off`` counter the GPU lacks is replaced by its plain form
+    (``sm__ops_path_tensor_src_fp16_dst_fp32.sum``) where that one exists, and
+    ``dram__bytes_{read,write}.sum`` by ``dram__bytes_op_{read,write}.sum``.
+    """
+    avail = set(available)
+    kept: list[str] = []
+    dropped: list[str] = []
+    substituted: dict[str, str] = {}
+    for m in metrics:
+        if base_name(m) in avail:
+            kept.append(m)
+            continue
+        alt = ALTERNATE_METRICS.get(m) or m.replace("_sparsity_off.", ".")
+        if alt != m and base_name(alt) in avail and alt not in metrics:
+            kept.append(alt)
+            substituted[m] = alt
+        else:
+            dropped.append(m)
+    return MetricSelection(list(dict.fromkeys(kept)), dropped, substituted)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def prepare_driver_argv(driver_argv: Sequence[str], run_json: str | None = None) -> list[str]:
+    """The driver command plus ``--profile-step`` (and ``--out run_json`` if it has none)."""
+    argv = list(driver_argv)
+    if not argv:
+        raise InputError(
+            "no driver command given (expected: ... -- python run_train.py --arch ...)"
+        )
+    if "--profile-step" not in argv:
+        argv.append("--profile-step")
+    has_out = any(a == "--out" or a.startswith("--out=") for a in argv)
+    if run_json is not None and not has_out:
+        argv += ["--out", str(run_json)]
+    return argv
+
+
+def build_ncu_command(
+    ncu_exe: str,
+    metrics: Sequence[str],
+    driver_argv: Sequence[str],
+    *,
+    log_file: str | None = None,
+    page: str = "raw",
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The ncu argv that profiles exactly the driver's bracketed training step.
+
+    ``ncu --profile-from-start off --target-processes all --replay-mode kernel
+    --cache-control all --metrics <m1,m2,...> --csv --page raw --print-units base
+    --log-file <csv> <driver argv> --profile-step``. No NVTX filter (it would miss
+    backward).
+    """
+    if not metrics:
+        raise InputError("no ncu metrics to collect")
+    if page not in ("raw", "details"):
+        raise InputError(f"ncu page {page!r}: use 'raw' or 'details'")
+    bad = [m for m in metrics if "," in m or not m.strip()]
+    if bad:
+        raise InputError(f"bad ncu metric names: {bad!r}")
+    for a in extra_args:
+        if a.startswith("--nvtx"):
+            raise InputError(
+                f"ncu option {a}: NVTX filters miss the backward pass (push/pop ranges are per "
+                "thread); the stage brackets the step with cudaProfilerStart/Stop instead"
+            )
+    cmd = [
+        ncu_exe,
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        "kernel",
+        # ncu's default, stated: caches are flushed before each replayed kernel, so
+        # every kernel's DRAM bytes are reproducible cold-cache counts.
+        "--cache-control",
+        "all",
+        "--metrics",
+        ",".join(metrics),
+        "--csv",
+        "--page",
+        page,
+        "--print-units",
+        "base",
+    ]
+    if log_file is not None:
+        cmd += ["--log-file", str(log_file)]
+    cmd += list(extra_args)
+    cmd += prepare_driver_argv(driver_argv)
+    return cmd
+
+
+# --------------------------------------------------------------------------- failures
+
+
+@dataclass
+class Diagnosis:
+    status: str  # "ok" | "unavailable" | "error"
+    reason: str | None
+    message: str | None
+    unknown_metrics: list[str] = field(default_factory=list)  # base names ncu rejected
+
+
+_MSG = re.compile(r"^==(ERROR|WARNING|PROF)==\s*(.*)$")
+# e.g. "==ERROR== Failed to find metric regex:^flop_count_sp\.(sum|min|max|avg|pct|ratio|max_rate)$"
+_UNKNOWN_METRIC = re.compile(
+    r"(?:Failed to find metric|[Uu]nknown metric|[Ii]nvalid metric)[:\s]+(?:regex:)?\^?\"?"
+    r"([A-Za-z0-9_]+)"
+)
+_UNSUPPORTED = (
+    "not supported on this device",
+    "profiling is not supported",
+    "unsupported gpu",
+    "no supported gpu",
+    "device is not supported",
+    "architecture is not supported",
+)
+
+
+def ncu_message_lines(text: str, kinds: tuple[str, ...] = ("ERROR", "WARNING")) -> list[str]:
+    """ncu's own ``==ERROR==``/``==WARNING==`` (or other ``kinds``) lines in ``text``."""
+    out = []
+    for line in text.splitlines():
+        m = _MSG.match(line.strip().lstrip("\ufeff"))
+        if m and m.group(1) in kinds:
+            out.append(line.strip())
+    return out
+
+
+def _quote(lines: list[str], limit: int = 12) -> str:
+    if not lines:
+        return ""
+    shown = lines[-limit:]
+    return "\nncu said:\n" + "\n".join(f"  {ln}" for ln in shown)
+
+
+def permission_message() -> str:
+    return (
+        "ncu is not allowed to read the GPU performance counters (ERR_NVGPUCTRPERM). "
+        "Fix: run the ncu stage as root or with CAP_SYS_ADMIN (driver R565+: CAP_PERFMON; in a "
+        "container, --cap-add=SYS_ADMIN), or let all users profile: put "
+        "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/ncu.conf, "
+        "rebuild the initramfs and reboot (check /proc/driver/nvidia/params: "
+        f"RmProfilingAdminOnly: 0). See {NCU_PERMISSION_DOC}"
+    )
+
+
+def not_found_message(ncu_exe: str) -> str:
+    return (
+        f"ncu executable {ncu_exe!r} not found (not on PATH, or not executable). Install Nsight "
+        f"Compute (CUDA toolkit, or {NCU_DOWNLOAD_DOC}) and point the stage at it: config "
+        "'ncu: {executable: /usr/local/cuda/bin/ncu}', or profile_ncu.py --ncu PATH"
+    )
+
+
+def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = False) -> Diagnosis:
+    """What an ncu run's output (log file plus console) and exit status mean.
+
+    ``unavailable``: the machine cannot be profiled as it is set up (counter
+    permission, unsupported GPU); ``error``: this run failed (the application
+    failed, no kernel was profiled, an unknown metric, a timeout, a non-zero exit);
+    ``ok``: none of these. Apart from ERR_NVGPUCTRPERM, only ncu's own
+    ``==ERROR==``/``==WARNING==`` lines are read: the application may print anything.
+    """
+    errors = ncu_message_lines(text)
+    if "ERR_NVGPUCTRPERM" in text:
+        return Diagnosis(
+            "unavailable", "counters_not_permitted", permission_message() + _quote(errors)
+        )
+    said = "\n".join(errors)
+    unknown = sorted(set(_UNKNOWN_METRIC.findall(said)))
+    if unknown:
+        return Diagnosis(
+            "error",
+            "unknown_metric",
+            f"this ncu/GPU does not know metric(s) {', '.join(unknown)}; the stage drops metrics "
+            "that `ncu --query-metrics` does not list, so the query failed or was skipped"
+            + _quote(errors),
+            unknown_metrics=unknown,
+        )
+    low = said.lower()
+    if any(s in low for s in _UNSUPPORTED):
+        return Diagnosis(
+            "unavailable",
+            "gpu_not_supported",
+            "this ncu version does not support profiling this GPU (ncu needs CC 7.0+, and a "
+            "version at least as new as the GPU)" + _quote(errors),
+        )
+    if timed_out:
+        return Diagnosis(
+            "error",
+            "timeout",
+            "ncu did not finish within the time limit (profile_ncu.py --timeout)" + _quote(errors),
+        )
+    app_failed = "application returned an error code" in low or "terminated before" in low
+    if "no kernels were profiled" in low:
+        why = (
+            "the application failed before profiling started"
+            if app_failed
+            else "the driver never called torch.cuda.profiler.start() "
+            "(does it implement --profile-step?)"
+        )
+        return Diagnosis("error", "no_kernels", f"ncu profiled no kernel: {why}" + _quote(errors))
+    if app_failed:
+        return Diagnosis("error", "app_failed", "the profiled application failed" + _quote(errors))
+    if returncode not in (0, None):
+        return Diagnosis(
+            "error", "ncu_failed", f"ncu exited with status {returncode}" + _quote(errors)
+        )
+    return Diagnosis("ok", None, None)
