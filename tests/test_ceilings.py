@@ -1,0 +1,314 @@
+"""Ceilings: the CLI in quick mode, roof assembly, and peak selection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dnnroofline import ceilings as cl
+from dnnroofline.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "workflow" / "scripts" / "ceilings.py"
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def quick_ceilings(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ceil") / "results" / "local" / "ceilings.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--env",
+            "local",
+            "--device",
+            "cpu",
+            "--precisions",
+            "fp32",
+            "bf16",
+            "tf32",
+            "--quick",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), proc.stderr, wall, out
+
+
+def test_quick_cli_writes_contract(quick_ceilings):
+    c, _, wall, _ = quick_ceilings
+    assert wall < 10.0
+    assert {"env", "device", "device_name", "threads", "roofs"} <= set(c)
+    assert c["env"] == "local" and c["device"] == "cpu" and c["device_name"]
+    assert c["threads"] == 1 and c["omp_num_threads"] == "1"  # from OMP_NUM_THREADS
+    assert c["quick"] is True
+    assert c["start_time"] <= c["end_time"]
+    for r in c["roofs"]:
+        assert r["kind"] in ("compute", "memory")
+        assert r["source"] in ("measured", "datasheet")
+        assert r["value"] > 0
+        assert (r["precision"] is None) == (r["kind"] == "memory")
+        note = r["method"] if r["source"] == "measured" else r["citation"]
+        assert isinstance(note, str) and len(note) > 20
+
+
+def test_quick_cli_measures_fp32_and_memory(quick_ceilings):
+    c, _, _, _ = quick_ceilings
+    fp32 = [r for r in c["roofs"] if r["source"] == "measured" and r["precision"] == "fp32"]
+    assert len(fp32) == 1 and fp32[0]["value"] > 0
+    assert "2*M*N*K" in fp32[0]["method"] and fp32[0]["statistic"] == "median"
+    mem = [r for r in c["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
+    assert {r["benchmark"] for r in mem} == {"triad", "copy"}
+    assert all(r["statistic"] == "best" and r["value"] >= r["median"] for r in mem)
+    triad = next(r for r in mem if r["benchmark"] == "triad")
+    assert "3 arrays" in triad["method"]
+
+
+def test_quick_fp32_below_derived_peak_or_flagged(quick_ceilings):
+    c, _, _, _ = quick_ceilings
+    meas = next(r for r in c["roofs"] if r["source"] == "measured" and r["precision"] == "fp32")
+    ds = [r for r in c["roofs"] if r["source"] == "datasheet" and r["precision"] == "fp32"]
+    if not ds:
+        pytest.skip("no derived CPU peak (clock unknown)")
+    assert ds[0]["inputs"]["cores"] == 1  # threads used, not all cores
+    assert meas["percent_of_datasheet"] == pytest.approx(100 * meas["value"] / ds[0]["value"])
+    if meas["value"] > ds[0]["value"]:
+        assert meas["above_datasheet"] is True
+        assert any("ABOVE the datasheet roof" in n for n in c["notes"])
+    else:
+        assert meas["above_datasheet"] is False
+
+
+def test_quick_unsupported_precision_is_skipped_with_note(quick_ceilings):
+    c, stderr, _, _ = quick_ceilings
+    assert [s["precision"] for s in c["skipped"]] == ["tf32"]
+    assert "TF32" in c["skipped"][0]["reason"]
+    assert "skipped tf32" in stderr
+    assert not [r for r in c["roofs"] if r["precision"] == "tf32"]
+
+
+def test_select_peak_on_written_file(quick_ceilings):
+    c, _, _, path = quick_ceilings
+    value, source = cl.select_peak(c, "compute", "fp32")
+    assert source == "measured" and value > 0
+    mem, src = cl.select_peak(c, "memory")
+    assert src == "measured"
+    assert mem == max(r["value"] for r in c["roofs"] if r["kind"] == "memory")
+    with pytest.raises(InputError) as exc:
+        cl.select_peak(c, "compute", "tf32", where=str(path))
+    msg = str(exc.value)
+    assert "no compute peak for precision tf32" in msg and str(path) in msg
+
+
+# ----------------------------------------------------------------------------- select_peak
+
+
+def _roofs():
+    return {
+        "env": "h100",
+        "roofs": [
+            {"kind": "compute", "precision": "fp32", "source": "datasheet", "value": 67e12},
+            {"kind": "compute", "precision": "fp32", "source": "measured", "value": 50e12},
+            {"kind": "compute", "precision": "bf16", "source": "datasheet", "value": 989e12},
+            {"kind": "compute", "precision": "fp16", "source": "datasheet", "value": 900e12},
+            {"kind": "memory", "precision": None, "source": "measured", "value": 2.9e12},
+            {"kind": "memory", "precision": None, "source": "measured", "value": 3.0e12},
+            {"kind": "memory", "precision": None, "source": "datasheet", "value": 3.35e12},
+        ],
+    }
+
+
+def test_select_peak_prefers_measured_then_datasheet():
+    c = _roofs()
+    assert cl.select_peak(c, "compute", "fp32") == (50e12, "measured")
+    assert cl.select_peak(c, "compute", "fp32", prefer=("datasheet",)) == (67e12, "datasheet")
+    assert cl.select_peak(c, "compute", "bf16") == (989e12, "datasheet")
+    assert cl.select_peak(c, "compute", "amp") == (900e12, "datasheet")  # amp <- fp16
+    assert cl.select_peak(c, "memory") == (3.0e12, "measured")  # best of the measured
+    assert cl.select_peak(c, "memory", prefer=("datasheet", "measured")) == (3.35e12, "datasheet")
+
+
+def test_select_peak_refuses_clearly():
+    c = _roofs()
+    with pytest.raises(InputError) as exc:
+        cl.select_peak(c, "compute", "tf32")
+    msg = str(exc.value)
+    assert "no compute peak for precision tf32" in msg and "'h100'" in msg
+    assert "compute/fp32/measured" in msg  # says what is there
+    with pytest.raises(InputError, match="no compute peak for precision bf16"):
+        cl.select_peak(c, "compute", "bf16", prefer=("measured",))
+    with pytest.raises(InputError, match="no memory peak in results/x/ceilings.json"):
+        cl.select_peak({"roofs": []}, "memory", where="results/x/ceilings.json")
+    with pytest.raises(InputError, match="kind"):
+        cl.select_peak(c, "disk", "fp32")
+    with pytest.raises(InputError, match="prefer"):
+        cl.select_peak(c, "compute", "fp32", prefer=("guess",))
+    with pytest.raises(InputError, match="roofs"):
+        cl.select_peak({"env": "x"}, "memory")
+
+
+def test_select_peak_ignores_invalid_values():
+    c = {"env": "x", "roofs": [{"kind": "memory", "source": "measured", "value": None}]}
+    with pytest.raises(InputError, match="no memory peak"):
+        cl.select_peak(c, "memory")
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def test_gemm_flop_counts_fma_as_two():
+    assert cl.gemm_flop(2, 3, 4) == 48
+    assert cl.gemm_flop(8192, 8192, 8192) == 2 * 8192**3
+
+
+def test_gemm_size_for():
+    # 2 n^3 = rate * t  ->  n = (1e11 * 0.6 / 2)^(1/3) = 3107 -> 3072
+    assert cl.gemm_size_for(1e11, 0.6, lo=1024, hi=4096) == 3072
+    assert cl.gemm_size_for(1e15, 0.6, lo=1024, hi=4096) == 4096
+    assert cl.gemm_size_for(1e6, 0.6, lo=1024, hi=4096) == 1024
+
+
+def test_stream_array_bytes():
+    mib = 1024**2
+    assert cl.stream_array_bytes(32 * mib, 64 * 1024 * mib)[0] == 128 * mib
+    size, why = cl.stream_array_bytes(None, 64 * 1024 * mib)
+    assert size == 64 * mib and "unknown" in why
+    size, why = cl.stream_array_bytes(1024 * mib, 8 * 1024 * mib)  # RAM-capped
+    assert size == 8 * 1024 * mib // 12 and "capped" in why
+    assert cl.stream_array_bytes(32 * mib, None, quick=True)[0] == 4 * mib
+
+
+def test_precision_support():
+    cpu = cl.precision_support("cpu")
+    assert cpu["fp32"] is None and cpu["bf16"] is None and cpu["tf32"] and cpu["amp"]
+    t4 = cl.precision_support("cuda", cuda_cc=(7, 5))
+    assert t4["fp32"] is None and t4["amp"] is None and "8.0" in t4["tf32"] and t4["bf16"]
+    h100 = cl.precision_support("cuda", cuda_cc=(9, 0))
+    assert all(v is None for v in h100.values())
+    with pytest.raises(InputError):
+        cl.precision_support("tpu")
+
+
+def test_datasheet_roofs_for_gpu():
+    roofs, notes = cl.datasheet_roofs("cuda", "NVIDIA H100 80GB HBM3", ["fp32", "bf16", "amp"])
+    by = {(r["kind"], r["precision"]): r for r in roofs}
+    assert by[("compute", "bf16")]["value"] == pytest.approx(989e12)
+    assert by[("compute", "fp32")]["value"] == pytest.approx(67e12)
+    assert by[("compute", "amp")]["datasheet_column"] == "fp16"
+    assert by[("memory", None)]["value"] == pytest.approx(3.35e12)
+    assert all("H100" in r["citation"] and "Datasheet" in r["citation"] for r in roofs)
+    assert notes == []
+    roofs, notes = cl.datasheet_roofs("cuda", "NVIDIA Mystery GPU", ["fp32"])
+    assert roofs == [] and "NVIDIA Mystery GPU" in notes[0]
+
+
+def test_datasheet_roofs_for_cpu_use_physical_cores_used():
+    cpu = {
+        "model": "Test",
+        "cores_physical": 4,
+        "max_clock_hz": 2e9,
+        "clock_source": "test",
+        "flags_all": ["avx2", "fma"],
+        "arch": "x86_64",
+        "vendor": "GenuineIntel",
+        "family": 6,
+        "model_number": 85,
+    }
+    roofs, _ = cl.datasheet_roofs("cpu", "Test", ["fp32"], cpu=cpu, threads=2)
+    assert roofs[0]["value"] == pytest.approx(2 * 2e9 * 32)
+    roofs, notes = cl.datasheet_roofs("cpu", "Test", ["fp32"], cpu=cpu, threads=8)
+    assert roofs[0]["value"] == pytest.approx(4 * 2e9 * 32)
+    assert any("physical cores" in n for n in notes)
+    assert not [r for r in roofs if r["kind"] == "memory"]
+
+
+def test_annotate_flags_measured_above_datasheet():
+    roofs = [
+        {"kind": "compute", "precision": "fp32", "source": "measured", "value": 120.0},
+        {"kind": "compute", "precision": "fp32", "source": "datasheet", "value": 100.0},
+        {"kind": "memory", "precision": None, "source": "measured", "value": 80.0},
+        {"kind": "memory", "precision": None, "source": "datasheet", "value": 100.0},
+        {"kind": "compute", "precision": "bf16", "source": "measured", "value": 5.0},
+    ]
+    warnings = cl.annotate_vs_datasheet(roofs)
+    assert roofs[0]["percent_of_datasheet"] == pytest.approx(120.0)
+    assert roofs[0]["above_datasheet"] is True
+    assert roofs[2]["percent_of_datasheet"] == pytest.approx(80.0)
+    assert roofs[2]["above_datasheet"] is False
+    assert roofs[4]["percent_of_datasheet"] is None
+    assert len(warnings) == 1 and "fp32" in warnings[0]
+
+
+def test_build_ceilings_rejects_unknown_precision():
+    with pytest.raises(InputError, match="fp8"):
+        cl.build_ceilings("local", "cpu", ["fp8"], quick=True)
+
+
+def test_cli_refuses_unavailable_device(tmp_path, capsys):
+    if HAS_CUDA:
+        pytest.skip("this machine has CUDA")
+    sys.path.insert(0, str(SCRIPT.parent))
+    import ceilings as cli
+
+    out = tmp_path / "c.json"
+    rc = cli.main(["--env", "gpu", "--device", "cuda", "--precisions", "bf16", "--out", str(out)])
+    assert rc == 1 and not out.exists()
+    assert "'cuda' is not available" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- CUDA only
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU")
+def test_cuda_quick_ceilings_below_datasheet():
+    c = cl.build_ceilings("gpu", "cuda", ["fp32", "tf32", "amp", "bf16"], quick=True)
+    assert c["device"] == "cuda" and c["device_name"] == torch.cuda.get_device_name()
+    measured = {r["precision"]: r for r in c["roofs"] if r["source"] == "measured"}
+    assert measured["fp32"]["value"] > 0 and "TF32 off" in measured["fp32"]["method"]
+    for r in measured.values():
+        if r.get("percent_of_datasheet") is not None:
+            assert r["above_datasheet"] is False, r
+    mem = [r for r in c["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
+    assert {r["benchmark"] for r in mem} == {"triad", "d2d_copy"}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU")
+def test_cuda_fp32_gemm_runs_with_tf32_off():
+    torch.backends.cuda.matmul.allow_tf32 = True
+    res = cl.bench_gemm("cuda", "fp32", 1024, warmup=1, reps=2, min_reps=1)
+    assert res["flops_median"] > 0
+    assert torch.backends.cuda.matmul.allow_tf32 is True  # restored afterwards
+
+
+def test_annotate_explains_cpu_peak_with_implied_clock():
+    roofs = [
+        {"kind": "compute", "precision": "fp32", "source": "measured", "value": 180e9},
+        {
+            "kind": "compute",
+            "precision": "fp32",
+            "source": "datasheet",
+            "value": 2 * 2.5e9 * 32,
+            "inputs": {"cores": 2, "clock_hz": 2.5e9, "flop_per_cycle": 32, "clock_source": "x"},
+        },
+    ]
+    (warning,) = cl.annotate_vs_datasheet(roofs)
+    assert roofs[0]["implied_clock_hz"] == pytest.approx(180e9 / 64)
+    assert "2.81 GHz" in warning and "2.50 GHz used (x)" in warning

@@ -1,0 +1,47 @@
+"""Measure and assemble the ceilings of one env: results/{env}/ceilings.json.
+
+    python workflow/scripts/ceilings.py --env local --device auto --precisions fp32 bf16 \\
+        --out results/local/ceilings.json [--quick]
+
+Threads come from OMP_NUM_THREADS (as for the timed runs), else torch's default;
+the count used is recorded. Precisions the device cannot run are skipped with a
+note. Run it alone on the machine: it is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dnnroofline.ceilings import PRECISIONS, build_ceilings  # noqa: E402
+from dnnroofline.envinfo import DEVICES  # noqa: E402
+from dnnroofline.errors import InputError  # noqa: E402
+from dnnroofline.io import write_json_atomic  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--env", required=True, help="env name (the config's envs key)")
+    ap.add_argument("--device", default="auto", choices=DEVICES)
+    ap.add_argument("--precisions", nargs="+", default=["fp32"], choices=PRECISIONS)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (tests)")
+    ap.add_argument("--out", required=True, help="output JSON path")
+    args = ap.parse_args(argv)
+    try:
+        result = build_ceilings(args.env, args.device, args.precisions, quick=args.quick)
+    except InputError as exc:
+        print(f"ceilings: error: {exc}", file=sys.stderr)
+        return 1
+    write_json_atomic(args.out, result)
+    for note in result["notes"]:
+        print(f"ceilings: note: {note}", file=sys.stderr)
+    for s in result["skipped"]:
+        print(f"ceilings: skipped {s['precision']}: {s['reason']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

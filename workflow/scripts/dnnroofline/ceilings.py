@@ -1,0 +1,740 @@
+"""Ceilings of one env: measured (microbenchmarks) and datasheet roofs -> ``ceilings.json``.
+
+Measured compute: one large GEMM per precision through ``torch.matmul`` (FLOPs =
+2*M*N*K), warmed up, then timed repeatedly; the roof is the *median* time's rate.
+Inputs rotate among a few sets so that no run finds its operands in cache. On
+CUDA the GEMMs are timed with CUDA events; fp32 runs with TF32 off.
+
+Measured memory: on CPU a STREAM triad ``a = b + s*c`` (``torch.add(b, c,
+alpha=s, out=a)``, no temporaries) and a STREAM copy over float64 arrays of at
+least 4x the last-level cache; bytes counted per STREAM: triad 3 arrays, copy 2
+(read + write; write-allocate traffic is not counted). On CUDA a large
+device-to-device copy (bytes read + bytes written) and the same triad. Per STREAM
+convention the roof is the *best* (fastest) repeat; the median is recorded too.
+
+Datasheet roofs: GPUs from :mod:`dnnroofline.datasheet`; CPUs derived as cores x
+clock x FLOP/cycle (no datasheet memory roof for a CPU: its bandwidth depends on
+the DIMMs and channels populated, which the machine does not tell reliably).
+
+:func:`select_peak` is pure: the pipeline calls it to pick a roof, and refuses with
+a clear message when there is none (never a guess).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+
+from dnnroofline.errors import InputError
+
+PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+KINDS = ("compute", "memory")
+SOURCES = ("measured", "datasheet")
+#: Ceilings precision names accepted for a pipeline precision (amp is fp16 autocast).
+PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",),
+    "tf32": ("tf32",),
+    "amp": ("amp", "fp16"),
+    "bf16": ("bf16",),
+}
+#: Warn when other processes use more than this share of the CPUs as the ceilings start.
+BUSY_WARN_PERCENT = 25.0
+#: A measured roof this far above its datasheet roof is flagged (a wrong peak or a bug).
+ABOVE_DATASHEET_RTOL = 0.0
+
+MiB = 1024**2
+
+
+# --------------------------------------------------------------------------- selection (pure)
+
+
+def select_peak(
+    ceilings: Mapping,
+    kind: str,
+    precision: str | None = None,
+    prefer: Iterable[str] = ("measured", "datasheet"),
+    where: str | None = None,
+) -> tuple[float, str]:
+    """The peak of ``kind`` (and ``precision`` for compute) as ``(value, source)``.
+
+    Sources are tried in ``prefer`` order; among several roofs of one source the
+    highest value wins (the best demonstrated ceiling). ``where`` names the file or
+    env in the error message (default: the env the ceilings belong to). Raises
+    InputError when no roof matches: the pipeline refuses rather than plot against
+    a guess.
+    """
+    if kind not in KINDS:
+        raise InputError(f"select_peak: kind must be one of {KINDS}, got {kind!r}")
+    prefer = tuple(prefer)
+    bad = [s for s in prefer if s not in SOURCES]
+    if bad or not prefer:
+        raise InputError(f"select_peak: prefer must list sources from {SOURCES}, got {prefer!r}")
+    at = where or f"the ceilings of env {ceilings.get('env', '?')!r}"
+    roofs = ceilings.get("roofs")
+    if not isinstance(roofs, list):
+        raise InputError(f"{at}: expected a 'roofs' list, got {type(roofs).__name__}")
+    if kind == "compute":
+        if not precision:
+            raise InputError("select_peak: a compute peak needs a precision")
+        names = PRECISION_ALIASES.get(precision.lower(), (precision.lower(),))
+    else:
+        names = None
+
+    def ok(r: Mapping, source: str) -> bool:
+        if r.get("kind") != kind or r.get("source") != source:
+            return False
+        if names is not None and str(r.get("precision") or "").lower() not in names:
+            return False
+        v = r.get("value")
+        return (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        )
+
+    for source in prefer:
+        cands = [r for r in roofs if isinstance(r, Mapping) and ok(r, source)]
+        if cands:
+            return float(max(r["value"] for r in cands)), source
+
+    have = sorted(
+        {
+            f"{r.get('kind')}/{r.get('precision') or '-'}/{r.get('source')}"
+            for r in roofs
+            if isinstance(r, Mapping)
+        }
+    )
+    what = f"{kind} peak for precision {precision}" if kind == "compute" else "memory peak"
+    raise InputError(
+        f"no {what} in {at} (sources tried: {', '.join(prefer)}; roofs present: "
+        f"{', '.join(have) if have else 'none'}). Measure it (ceilings.py --precisions "
+        f"{precision or 'fp32'}) or use a device with a datasheet row; the roofline is never "
+        f"drawn against a guessed peak."
+    )
+
+
+def gemm_flop(m: int, n: int, k: int) -> int:
+    """FLOPs of an (m x k) @ (k x n) product: 2*M*N*K (one multiply and one add per MAC)."""
+    return 2 * int(m) * int(n) * int(k)
+
+
+def percent_of(measured: float, datasheet: float | None) -> float | None:
+    if not datasheet or datasheet <= 0:
+        return None
+    return 100.0 * measured / datasheet
+
+
+# --------------------------------------------------------------------------- capability
+
+
+def precision_support(
+    device: str, *, cuda_cc: tuple[int, int] | None = None, cpu_flags: Iterable[str] = ()
+) -> dict[str, str | None]:
+    """Each pipeline precision -> None if the device can run its GEMM, else the reason not."""
+    del cpu_flags  # bf16 runs on any CPU (oneDNN); the flags only decide how fast
+    out: dict[str, str | None] = {}
+    if device == "cpu":
+        out["fp32"] = None
+        out["tf32"] = "TF32 is an NVIDIA tensor-core mode (Ampere and later)"
+        out["amp"] = "amp is fp16 autocast with GradScaler, which needs a GPU"
+        out["bf16"] = None  # oneDNN; without AVX512_BF16/AMX emulated through fp32 (slow)
+    elif device == "cuda":
+        cc = cuda_cc or (0, 0)
+        out["fp32"] = None
+        out["tf32"] = None if cc >= (8, 0) else f"TF32 needs compute capability 8.0+ (has {cc})"
+        out["amp"] = None if cc >= (7, 0) else f"fp16 tensor cores need capability 7.0+ ({cc})"
+        out["bf16"] = None if cc >= (8, 0) else f"BF16 needs compute capability 8.0+ (has {cc})"
+    elif device == "mps":
+        out["fp32"] = None
+        out["tf32"] = "TF32 is an NVIDIA tensor-core mode"
+        out["amp"] = None
+        out["bf16"] = None
+    else:
+        raise InputError(f"unknown device {device!r}: expected cpu, cuda or mps")
+    return out
+
+
+# --------------------------------------------------------------------------- timing helpers
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+@contextlib.contextmanager
+def _matmul_mode(device: str, precision: str):
+    """TF32 off for fp32, on for tf32 (CUDA); restored afterwards."""
+    import torch
+
+    if device != "cuda":
+        yield
+        return
+    old_mm = torch.backends.cuda.matmul.allow_tf32
+    old_prec = torch.get_float32_matmul_precision()
+    try:
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_mm
+        torch.set_float32_matmul_precision(old_prec)
+
+
+def _dtype(precision: str):
+    import torch
+
+    return {
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "amp": torch.float16,
+        "bf16": torch.bfloat16,
+    }[precision]
+
+
+def bench_gemm(
+    device: str,
+    precision: str,
+    n: int,
+    *,
+    warmup: int = 2,
+    reps: int = 10,
+    min_reps: int = 3,
+    inner: int = 1,
+    n_sets: int = 3,
+    time_cap_s: float = 5.0,
+) -> dict:
+    """Time ``torch.matmul`` of n x n x n in ``precision``: per-GEMM times and FLOP/s.
+
+    Each timed repeat runs ``inner`` GEMMs over rotating input sets; on CUDA it is
+    timed with CUDA events, elsewhere with ``time.perf_counter`` after a device sync.
+    Stops after ``reps`` repeats, or after ``min_reps`` once ``time_cap_s`` is spent.
+    """
+    import torch
+
+    from dnnroofline.stats import summarize
+
+    dtype = _dtype(precision)
+    gen_device = device if device in ("cpu", "cuda") else "cpu"  # generate on the GPU: fast
+    gen = torch.Generator(device=gen_device).manual_seed(0)
+
+    def rand() -> torch.Tensor:
+        x = torch.randn(n, n, generator=gen, device=gen_device, dtype=torch.float32)
+        return x.to(device=device, dtype=dtype)
+
+    sets = [(rand(), rand()) for _ in range(n_sets)]
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    times: list[float] = []
+    it = 0
+
+    def one() -> None:
+        nonlocal it
+        a, b = sets[it % n_sets]
+        torch.matmul(a, b, out=out)
+        it += 1
+
+    with _matmul_mode(device, precision), torch.inference_mode():
+        for _ in range(max(1, warmup)):
+            one()
+        _sync(device)
+        t_start = time.monotonic()
+        while len(times) < reps:
+            if device == "cuda":
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(inner):
+                    one()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3 / inner)
+            else:
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    one()
+                _sync(device)
+                times.append((time.perf_counter() - t0) / inner)
+            if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
+                break
+        if not torch.isfinite(out.float()).all():
+            raise RuntimeError(f"GEMM {precision} {n}^3 produced non-finite values")
+    flop = gemm_flop(n, n, n)
+    stats = summarize(times)
+    return {
+        "n": n,
+        "dtype": str(dtype).replace("torch.", ""),
+        "flop": flop,
+        "times_s": stats,
+        "flops_median": flop / stats["median"],
+        "flops_best": flop / stats["min"],
+        "reps": len(times),
+        "warmup": max(1, warmup),
+        "inner": inner,
+        "n_sets": n_sets,
+    }
+
+
+def _round_down(x: float, multiple: int, lo: int, hi: int) -> int:
+    return int(max(lo, min(hi, (int(x) // multiple) * multiple)))
+
+
+def gemm_size_for(rate_flops: float, target_s: float, lo: int, hi: int, multiple: int = 256) -> int:
+    """Square GEMM size n whose 2n^3 FLOPs take about ``target_s`` at ``rate_flops``."""
+    n = (max(rate_flops, 1.0) * target_s / 2.0) ** (1.0 / 3.0)
+    return _round_down(n, multiple, lo, hi)
+
+
+def measure_compute(device: str, precision: str, *, quick: bool = False, threads: int = 1) -> dict:
+    """A measured compute roof for ``precision`` on ``device`` (a ceilings ``roofs`` entry)."""
+    if quick:
+        n = 256 if device == "cpu" else 1024
+        res = bench_gemm(device, precision, n, warmup=1, reps=3, min_reps=2, time_cap_s=1.0)
+    elif device == "cpu":
+        # Size it from a probe so one GEMM takes ~0.6 s (2048-4096 on a few cores: long
+        # against scheduler ticks, short for the job); slow (emulated) precisions get
+        # smaller sizes instead of a long job. About 5 s per precision.
+        probe = bench_gemm(device, precision, 768, warmup=1, reps=2, min_reps=2, n_sets=1)
+        n = gemm_size_for(probe["flops_best"], 0.6, lo=1024, hi=4096)
+        res = bench_gemm(device, precision, n, warmup=1, reps=10, min_reps=3, time_cap_s=4.0)
+    elif device == "cuda":
+        res = bench_gemm(
+            device, precision, 8192, warmup=3, reps=10, min_reps=3, inner=5, time_cap_s=15.0
+        )
+    else:  # mps
+        res = bench_gemm(device, precision, 4096, warmup=3, reps=10, min_reps=3, time_cap_s=10.0)
+    n = res["n"]
+    timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
+    mode = (
+        {"fp32": ", TF32 off", "tf32": ", TF32 on"}.get(precision, "") if device == "cuda" else ""
+    )
+    method = (
+        f"torch.matmul {n}x{n}x{n} {res['dtype']}{mode}, FLOPs = 2*M*N*K; median of "
+        f"{res['reps']} timed repeats ({res['inner']} GEMM each) after {res['warmup']} warm-up, "
+        f"{res['n_sets']} rotating input sets, {timer}; {threads} thread(s)"
+        + ("; QUICK mode: tiny sizes, not a real ceiling" if quick else "")
+    )
+    return {
+        "kind": "compute",
+        "precision": precision,
+        "source": "measured",
+        "value": res["flops_median"],
+        "method": method,
+        "statistic": "median",
+        "best": res["flops_best"],
+        "gemm": {k: res[k] for k in ("n", "dtype", "flop", "reps", "warmup", "inner", "n_sets")},
+        "times_s": res["times_s"],
+    }
+
+
+def stream_array_bytes(
+    llc_bytes: int | None, ram_bytes: int | None, *, quick: bool = False
+) -> tuple[int, str]:
+    """Bytes per STREAM array: >= 4x the last-level cache (64 MiB if unknown), RAM permitting."""
+    if quick:
+        return 4 * MiB, "QUICK mode: 4 MiB arrays (cache-resident, not a DRAM roof)"
+    if llc_bytes:
+        want, why = 4 * int(llc_bytes), f"4x the last-level cache ({llc_bytes / MiB:g} MiB)"
+    else:
+        want, why = 64 * MiB, "64 MiB (last-level cache size unknown)"
+    want = max(want, 64 * MiB) if llc_bytes else want
+    if ram_bytes and 3 * want > ram_bytes // 4:
+        want = ram_bytes // 12
+        why += f", capped at a quarter of RAM for 3 arrays ({want / MiB:.0f} MiB)"
+    return int(want), why
+
+
+def bench_stream(
+    device: str,
+    array_bytes: int,
+    *,
+    reps: int = 10,
+    min_reps: int = 3,
+    time_cap_s: float = 4.0,
+) -> dict:
+    """STREAM triad (a = b + s*c) and copy (a = b) over float64 arrays; bytes/s per repeat."""
+    import torch
+
+    from dnnroofline.stats import summarize
+
+    dtype = torch.float64 if device != "mps" else torch.float32  # MPS has no float64
+    item = torch.tensor([], dtype=dtype).element_size()
+    n = max(1, array_bytes // item)
+    a = torch.zeros(n, dtype=dtype, device=device)  # zeros: first touch outside the timing
+    b = torch.full((n,), 1.0, dtype=dtype, device=device)
+    c = torch.full((n,), 2.0, dtype=dtype, device=device)
+    s = 3.0
+    kernels = {
+        "triad": (lambda: torch.add(b, c, alpha=s, out=a), 3 * n * item),
+        "copy": (lambda: a.copy_(b), 2 * n * item),
+    }
+    out = {}
+    with torch.inference_mode():
+        for name, (fn, nbytes) in kernels.items():
+            fn()  # warm-up
+            _sync(device)
+            times: list[float] = []
+            t_start = time.monotonic()
+            while len(times) < reps:
+                if device == "cuda":
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                else:
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    fn()
+                    _sync(device)
+                    times.append(time.perf_counter() - t0)
+                if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
+                    break
+            stats = summarize(times)
+            out[name] = {
+                "bytes": nbytes,
+                "times_s": stats,
+                "bw_best": nbytes / stats["min"],
+                "bw_median": nbytes / stats["median"],
+                "reps": len(times),
+            }
+        # The triad's last value must be b + s*c = 1 + 3*2 (after the copy a == b == 1).
+        torch.add(b, c, alpha=s, out=a)
+        if float(a[0]) != 7.0 or float(a[-1]) != 7.0:
+            raise RuntimeError("STREAM triad check failed: a != b + s*c")
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "elements": n,
+        "array_bytes": n * item,
+        **out,
+    }
+
+
+def measure_memory(
+    device: str,
+    *,
+    quick: bool = False,
+    llc_bytes: int | None = None,
+    ram_bytes: int | None = None,
+    free_device_bytes: int | None = None,
+    threads: int = 1,
+) -> list[dict]:
+    """Measured memory roofs: STREAM triad and copy (CPU, MPS), device copy and triad (CUDA)."""
+    if device == "cpu":
+        array_bytes, why = stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
+    elif device == "cuda":
+        array_bytes = 64 * MiB if quick else 1024 * MiB
+        if free_device_bytes:
+            array_bytes = min(array_bytes, free_device_bytes // 8)
+        why = "device arrays far larger than L2" if not quick else "QUICK mode: 64 MiB arrays"
+    else:
+        array_bytes = 16 * MiB if quick else 512 * MiB
+        why = "QUICK mode" if quick else "512 MiB arrays"
+    res = bench_stream(
+        device,
+        array_bytes,
+        reps=3 if quick else 20,
+        min_reps=2 if quick else 3,
+        time_cap_s=1.0 if quick else 3.0,
+    )
+    timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
+    mib = res["array_bytes"] / MiB
+    size = f"{res['elements']:,} {res['dtype']} elements ({mib:.0f} MiB) per array"
+    common = f"{size}: {why}; best of {{reps}} repeats after a warm-up (STREAM convention), {timer}"
+    if device == "cpu":
+        common += f"; {threads} thread(s)"
+    roofs = []
+    for name, desc in (
+        (
+            "triad",
+            "STREAM triad a = b + s*c via torch.add(b, c, alpha=s, out=a); bytes = 3 arrays "
+            "(read b, read c, write a; write-allocate not counted)",
+        ),
+        (
+            "copy",
+            ("device-to-device copy dst.copy_(src)" if device == "cuda" else "STREAM copy a = b")
+            + "; bytes = read + write (2 arrays)",
+        ),
+    ):
+        r = res[name]
+        roofs.append(
+            {
+                "kind": "memory",
+                "precision": None,
+                "source": "measured",
+                "value": r["bw_best"],
+                "method": f"{desc}; {common.format(reps=r['reps'])}",
+                "benchmark": "d2d_copy" if (device == "cuda" and name == "copy") else name,
+                "statistic": "best",
+                "median": r["bw_median"],
+                "bytes_per_repeat": r["bytes"],
+                "times_s": r["times_s"],
+            }
+        )
+    return roofs
+
+
+# --------------------------------------------------------------------------- datasheet roofs
+
+
+def datasheet_roofs(
+    device: str,
+    device_name: str,
+    precisions: Iterable[str],
+    *,
+    cpu: Mapping | None = None,
+    threads: int = 1,
+) -> tuple[list[dict], list[str]]:
+    """Datasheet roofs for ``precisions`` (and memory), plus notes on what is missing."""
+    from dnnroofline import datasheet as ds
+
+    roofs: list[dict] = []
+    notes: list[str] = []
+    if device == "cuda":
+        row = ds.lookup_gpu(device_name)
+        if row is None:
+            notes.append(
+                f"no datasheet row for GPU {device_name!r}: datasheet roofs omitted "
+                "(add it to dnnroofline/datasheet.py with its citation)"
+            )
+            return roofs, notes
+        for p in precisions:
+            v = row.flops(p)
+            if v is None:
+                notes.append(f"{row.name} datasheet has no {ds.PRECISION_COLUMN[p]} figure ({p})")
+                continue
+            roofs.append(
+                {
+                    "kind": "compute",
+                    "precision": p,
+                    "source": "datasheet",
+                    "value": v,
+                    "citation": row.citation_for(p),
+                    "datasheet_row": row.key,
+                    "datasheet_column": ds.PRECISION_COLUMN[p],
+                }
+            )
+        roofs.append(
+            {
+                "kind": "memory",
+                "precision": None,
+                "source": "datasheet",
+                "value": row.mem_bw,
+                "citation": row.citation_for(None),
+                "datasheet_row": row.key,
+            }
+        )
+    elif device == "cpu" and cpu is not None:
+        cores_phys = int(cpu.get("cores_physical") or 1)
+        cores = max(1, min(int(threads), cores_phys))
+        clock = cpu.get("max_clock_hz")
+        if not clock:
+            notes.append("CPU clock unknown: no derived datasheet compute roof")
+        for p in precisions:
+            if not clock:
+                break
+            roof = ds.cpu_datasheet_roof(
+                p,
+                cpu_model=str(cpu.get("model", "?")),
+                cores=cores,
+                clock_hz=float(clock),
+                clock_source=str(cpu.get("clock_source", "?")),
+                flags=cpu.get("flags_all") or cpu.get("flags") or [],
+                arch=str(cpu.get("arch", "")),
+                vendor=str(cpu.get("vendor", "")),
+                family=cpu.get("family"),
+                model=cpu.get("model_number"),
+            )
+            if roof is not None:
+                roofs.append(roof)
+        if threads > cores_phys:
+            notes.append(
+                f"{threads} threads on {cores_phys} physical cores: the derived peak counts "
+                "physical cores (SMT siblings share the FMA units)"
+            )
+        notes.append(
+            "no datasheet memory roof for a CPU: bandwidth depends on the memory channels "
+            "populated; the measured STREAM roof is the memory ceiling"
+        )
+    else:
+        notes.append(f"no datasheet roofs for device {device!r} ({device_name})")
+    return roofs, notes
+
+
+def annotate_vs_datasheet(roofs: list[dict]) -> list[str]:
+    """Add ``percent_of_datasheet`` / ``above_datasheet`` to measured roofs; return warnings."""
+    warnings = []
+    for r in roofs:
+        if r.get("source") != "measured":
+            continue
+        ds_roofs = [
+            d
+            for d in roofs
+            if d.get("source") == "datasheet"
+            and d.get("kind") == r["kind"]
+            and d.get("precision") == r.get("precision")
+        ]
+        if not ds_roofs:
+            r["percent_of_datasheet"] = None
+            continue
+        ds = max(ds_roofs, key=lambda d: d["value"])
+        ds_v = ds["value"]
+        r["percent_of_datasheet"] = percent_of(r["value"], ds_v)
+        r["above_datasheet"] = r["value"] > ds_v * (1 + ABOVE_DATASHEET_RTOL)
+        if r["above_datasheet"]:
+            label = r.get("precision") or "memory"
+            msg = (
+                f"measured {r['kind']} {label} ({r['value']:.4g}) is ABOVE the datasheet roof "
+                f"({ds_v:.4g}): a wrong datasheet peak or a measurement bug"
+            )
+            inputs = ds.get("inputs") or {}
+            if inputs.get("cores") and inputs.get("flop_per_cycle") and inputs.get("clock_hz"):
+                implied = r["value"] / (inputs["cores"] * inputs["flop_per_cycle"])
+                r["implied_clock_hz"] = implied
+                msg += (
+                    f"; it implies a sustained clock of {implied / 1e9:.2f} GHz against the "
+                    f"{inputs['clock_hz'] / 1e9:.2f} GHz used ({inputs.get('clock_source')}): "
+                    "the derived CPU peak's clock is likely the nominal, not the turbo, clock"
+                )
+            warnings.append(msg)
+    return warnings
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _device_facts(device: str) -> dict:
+    import torch
+
+    if device == "cuda":
+        idx = torch.cuda.current_device()
+        p = torch.cuda.get_device_properties(idx)
+        free, _total = torch.cuda.mem_get_info(idx)
+        return {"name": p.name, "cc": (p.major, p.minor), "free_bytes": int(free)}
+    return {"name": None, "cc": None, "free_bytes": None}
+
+
+def build_ceilings(
+    env: str,
+    device: str = "auto",
+    precisions: Iterable[str] = ("fp32",),
+    *,
+    quick: bool = False,
+) -> dict:
+    """Measure and assemble the ``ceilings.json`` object of this machine for ``env``."""
+    import torch
+
+    from dnnroofline.envinfo import cpu_info, resolve_device
+
+    start_time = time.time()
+    t0 = time.monotonic()
+    requested = list(dict.fromkeys(p.lower() for p in precisions))
+    unknown = [p for p in requested if p not in PRECISIONS]
+    if unknown:
+        raise InputError(f"unknown precision(s) {unknown}: expected some of {list(PRECISIONS)}")
+    dev = resolve_device(device)
+    busy_before = _cpu_busy_percent()
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp:
+        try:
+            torch.set_num_threads(max(1, int(omp)))
+        except ValueError:
+            raise InputError(f"OMP_NUM_THREADS must be an integer, got {omp!r}") from None
+    threads = torch.get_num_threads()
+    cpu = cpu_info()
+    facts = _device_facts(dev)
+    if dev == "cuda":
+        device_name = facts["name"]
+    elif dev == "mps":
+        device_name = f"Apple MPS ({cpu['model']})"
+    else:
+        device_name = cpu["model"]
+
+    support = precision_support(dev, cuda_cc=facts["cc"], cpu_flags=cpu["flags_all"])
+    skipped, measured_ok, notes = [], [], []
+    for p in requested:
+        if support.get(p):
+            skipped.append({"precision": p, "reason": f"{dev}: {support[p]}"})
+        else:
+            measured_ok.append(p)
+
+    roofs: list[dict] = []
+    for p in measured_ok:
+        try:
+            roofs.append(measure_compute(dev, p, quick=quick, threads=threads))
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            skipped.append({"precision": p, "reason": f"{dev}: GEMM failed: {exc}"})
+    bf16_isa = {"avx512_bf16", "amx_bf16"} & set(cpu["flags_all"])
+    if dev == "cpu" and "bf16" in measured_ok and not bf16_isa:
+        notes.append("bf16 on a CPU without AVX512_BF16/AMX is emulated through fp32 (slow)")
+    roofs.extend(
+        measure_memory(
+            dev,
+            quick=quick,
+            llc_bytes=cpu["llc_bytes"],
+            ram_bytes=_ram_bytes(),
+            free_device_bytes=facts["free_bytes"],
+            threads=threads,
+        )
+    )
+    failed = {s["precision"] for s in skipped}
+    ds_precisions = [p for p in measured_ok if p not in failed]
+    ds_roofs, ds_notes = datasheet_roofs(dev, device_name, ds_precisions, cpu=cpu, threads=threads)
+    roofs.extend(ds_roofs)
+    notes.extend(ds_notes)
+    notes.extend(annotate_vs_datasheet(roofs))
+    if quick:
+        notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
+    if busy_before is not None and busy_before > BUSY_WARN_PERCENT:
+        notes.append(
+            f"the machine was busy when the ceilings started ({busy_before:.0f}% of its "
+            f"{cpu['cores_logical']} logical CPUs in use by other processes): measured roofs "
+            "may be low; re-run them alone"
+        )
+    return {
+        "schema_version": 1,
+        "env": env,
+        "device": dev,
+        "device_name": device_name,
+        "threads": threads,
+        "omp_num_threads": omp,
+        "precisions_requested": requested,
+        "quick": quick,
+        "roofs": roofs,
+        "skipped": skipped,
+        "notes": notes,
+        "cpu_busy_percent_before": busy_before,
+        "torch": torch.__version__,
+        "date": _dt.datetime.fromtimestamp(start_time).astimezone().isoformat(timespec="seconds"),
+        "start_time": start_time,
+        "end_time": time.time(),
+        "wall_s": round(time.monotonic() - t0, 3),
+    }
+
+
+def _ram_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def _cpu_busy_percent(interval: float = 0.25) -> float | None:
+    """System-wide CPU use over ``interval`` seconds, taken while this job is idle."""
+    try:
+        import psutil
+
+        return float(psutil.cpu_percent(interval=interval))
+    except Exception:
+        return None
