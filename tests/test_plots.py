@@ -1,0 +1,351 @@
+"""Static plots: files written atomically, valid PNG/SVG, artists findable by gid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+import plot_roofline as plot_roofline_cli
+from dnnroofline.aggregate import metrics_frame, roofline_points_frame
+from dnnroofline.errors import InputError
+from dnnroofline.plots import ABOVE_ROOF_LABEL, AXIS_X, AXIS_Y, plot_roofline, plot_throughput
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "workflow" / "scripts"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(env, model, precision, batch, n, median=0.1, status="ok"):
+    ok = status == "ok"
+    return {
+        "status": status,
+        "message": None if ok else "CUDA out of memory",
+        "run_id": f"{env}_{model}_{precision}_bs{batch}_run{n}",
+        "env": env,
+        "config": {"arch": model, "batch_size": batch, "precision": precision, "device": "cpu"},
+        "start_time": 0.0,
+        "end_time": 1.0,
+        "step_time_s": {"median": median, "p5": median, "p95": median, "cv": 0.0} if ok else None,
+        "images_per_s": batch / median if ok else None,
+    }
+
+
+def roof(kind, precision, source, value):
+    return {"kind": kind, "precision": precision, "source": source, "value": value}
+
+
+CEILINGS = {
+    "local": {
+        "env": "local",
+        "roofs": [
+            roof("compute", "fp32", "measured", 2e11),
+            roof("compute", "fp32", "datasheet", 3e11),
+            roof("compute", "bf16", "datasheet", 6e11),
+            roof("memory", None, "measured", 1e10),
+            roof("memory", None, "datasheet", 2e10),
+        ],
+    },
+    "gcp_l4": {
+        "env": "gcp_l4",
+        "roofs": [
+            roof("compute", "fp32", "measured", 2.5e13),
+            roof("compute", "amp", "datasheet", 1.21e14),
+            roof("memory", None, "measured", 2.7e11),
+        ],
+    },
+}
+
+
+def complexity(model, batch):
+    per_img = {"resnet18": 5.5e9, "mobilenet_v2": 1.8e9}[model]
+    return {
+        "arch": model,
+        "batch_size": batch,
+        "flops": {"train_step": per_img * batch},
+        "min_dram_bytes_per_step": 4e7 * batch + 2e8,
+        "by_precision": {},
+    }
+
+
+def build(runs, ceilings=None):
+    metrics = metrics_frame(runs)
+    keys = {(r["config"]["arch"], r["config"]["batch_size"]) for r in runs}
+    comp = {k: complexity(*k) for k in keys}
+    return metrics, roofline_points_frame(metrics, comp, ceilings or CEILINGS)
+
+
+LOCAL_RUNS = [
+    make_run(
+        "local",
+        model,
+        "fp32",
+        batch,
+        n,
+        median=batch * {"resnet18": 0.05, "mobilenet_v2": 0.02}[model] * (1 + 0.03 * n),
+    )
+    for model in ("resnet18", "mobilenet_v2")
+    for batch in (8, 16, 32)
+    for n in (1, 2, 3)
+] + [
+    # bs64 of resnet18: every repeat ran out of memory -> a metrics row, never a point
+    make_run("local", "resnet18", "fp32", 64, n, status="oom")
+    for n in (1, 2)
+]
+
+
+def svg_ids(path: Path) -> list[str]:
+    root = ET.parse(path).getroot()
+    return [el.get("id") for el in root.iter() if el.get("id")]
+
+
+def svg_element(path: Path, gid: str) -> ET.Element:
+    root = ET.parse(path).getroot()
+    (el,) = [e for e in root.iter() if e.get("id") == gid]
+    return el
+
+
+def assert_valid_png(path: Path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300
+
+
+# ----------------------------------------------------------------------------- roofline
+
+
+def test_roofline_single_env_files_points_and_roofs(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    png, svg = tmp_path / "plots" / "roofline_local.png", tmp_path / "plots" / "roofline_local.svg"
+    info = plot_roofline(pts, {"local": CEILINGS["local"]}, png, svg, "Roofline: local")
+    assert_valid_png(png)
+    ids = svg_ids(svg)
+    point_ids = [i for i in ids if i.startswith("point-")]
+    assert len(point_ids) == 6 == info["points"]  # the all-OOM bs64 group is not a point
+    assert "point-local-resnet18-fp32-bs16" in point_ids
+    assert "point-local-resnet18-fp32-bs64" not in ids
+    # every compute roof of the env, measured and datasheet, with its ridge
+    for gid in [
+        "roof-local-compute-fp32-measured",
+        "roof-local-compute-fp32-datasheet",
+        "roof-local-compute-bf16-datasheet",
+        "roof-local-memory-measured",
+        "roof-local-memory-datasheet",
+        "ridge-local-fp32-measured",
+        "ridge-local-bf16-datasheet",
+    ]:
+        assert gid in ids
+    assert not [i for i in ids if i.startswith("above-roof-")]
+    text = svg.read_text()
+    assert AXIS_X in text and AXIS_Y in text
+    assert ABOVE_ROOF_LABEL not in text
+    assert "bs32" in text  # batch annotations are text
+    assert "ridge 20" in text  # 2e11 / 1e10
+    assert sorted(p.name for p in png.parent.iterdir()) == [
+        "roofline_local.png",
+        "roofline_local.svg",
+    ]
+
+
+def _stroke_dashed(svg: Path, gid: str) -> bool:
+    styles = [el.get("style", "") for el in svg_element(svg, gid).iter()]
+    assert any("stroke:" in s for s in styles), f"{gid} has no stroked path"
+    return any("stroke-dasharray" in s for s in styles)
+
+
+def test_measured_roofs_solid_datasheet_roofs_dashed(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    svg = tmp_path / "r.svg"
+    plot_roofline(pts, {"local": CEILINGS["local"]}, None, svg, "t")
+    assert not _stroke_dashed(svg, "roof-local-compute-fp32-measured")
+    assert not _stroke_dashed(svg, "roof-local-memory-measured")
+    assert _stroke_dashed(svg, "roof-local-compute-fp32-datasheet")
+    assert _stroke_dashed(svg, "roof-local-memory-datasheet")
+
+
+def test_point_above_roof_is_drawn_and_flagged(tmp_path):
+    low = {
+        "local": {
+            "env": "local",
+            "roofs": [
+                roof("compute", "fp32", "measured", 1e11),
+                roof("memory", None, "measured", 1e10),
+            ],
+        }
+    }
+    runs = [make_run("local", "resnet18", "fp32", 8, 1, median=0.1)]  # 4.4e10 FLOP in 0.1 s
+    _, pts = build(runs, low)
+    assert bool(pts.loc[0, "above_roof"])
+    svg = tmp_path / "r.svg"
+    info = plot_roofline(pts, low, tmp_path / "r.png", svg, "t")
+    ids = svg_ids(svg)
+    assert "point-local-resnet18-fp32-bs8" in ids
+    assert "above-roof-local-resnet18-fp32-bs8" in ids
+    assert info["above_roof"] == 1
+    assert ABOVE_ROOF_LABEL in svg.read_text()
+    # the flag ring is red
+    styles = " ".join(
+        el.get("style", "") for el in svg_element(svg, "above-roof-local-resnet18-fp32-bs8").iter()
+    )
+    assert "#ff0000" in styles
+
+
+def test_combined_plot_has_every_env(tmp_path):
+    l4_runs = [
+        make_run("gcp_l4", "resnet18", p, b, 1, median=0.004 * b)
+        for p in ("fp32", "amp")
+        for b in (8, 16)
+    ]
+    _, pts = build(LOCAL_RUNS + l4_runs)
+    png, svg = tmp_path / "roofline_all.png", tmp_path / "roofline_all.svg"
+    info = plot_roofline(pts, CEILINGS, png, svg, "Roofline: all envs")
+    assert_valid_png(png)
+    ids = svg_ids(svg)
+    assert len([i for i in ids if i.startswith("point-")]) == 10 == info["points"]
+    assert "point-gcp_l4-resnet18-amp-bs16" in ids
+    assert "point-local-mobilenet_v2-fp32-bs8" in ids
+    assert "roof-gcp_l4-compute-amp-datasheet" in ids
+    assert "roof-gcp_l4-memory-measured" in ids
+    assert "roof-local-compute-fp32-measured" in ids
+    # combined view draws only precisions with points: no local bf16 roof
+    assert "roof-local-compute-bf16-datasheet" not in ids
+    text = svg.read_text()
+    assert "gcp_l4 amp datasheet" in text  # roof labels name their env
+
+
+def test_points_without_ceilings_are_refused(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    with pytest.raises(InputError, match=r"env\(s\) \['local'\]"):
+        plot_roofline(
+            pts, {"gcp_l4": CEILINGS["gcp_l4"]}, tmp_path / "a.png", tmp_path / "a.svg", "t"
+        )
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_point_precision_without_peak_is_refused(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    only_bf16 = {
+        "local": {
+            "env": "local",
+            "roofs": [
+                roof("compute", "bf16", "measured", 1e12),
+                roof("memory", None, "measured", 1e10),
+            ],
+        }
+    }
+    with pytest.raises(InputError, match="no compute peak for precision 'fp32'"):
+        plot_roofline(pts, only_bf16, tmp_path / "a.png", tmp_path / "a.svg", "t")
+
+
+def test_roofline_without_any_successful_run_still_renders(tmp_path):
+    runs = [make_run("local", "resnet18", "fp32", 64, n, status="oom") for n in (1, 2)]
+    _, pts = build(runs)
+    png, svg = tmp_path / "r.png", tmp_path / "r.svg"
+    info = plot_roofline(pts, {"local": CEILINGS["local"]}, png, svg, "t")
+    assert info["points"] == 0
+    assert_valid_png(png)
+    assert not [i for i in svg_ids(svg) if i.startswith("point-")]
+    assert "no successful runs to plot" in svg.read_text()
+
+
+def test_svg_is_reproducible(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    plot_roofline(pts, {"local": CEILINGS["local"]}, None, a, "t")
+    plot_roofline(pts, {"local": CEILINGS["local"]}, None, b, "t")
+    assert a.read_bytes() == b.read_bytes()
+
+
+# ----------------------------------------------------------------------------- throughput
+
+
+def test_throughput_lines_errorbars_and_failed_batches(tmp_path):
+    l4_runs = [
+        make_run("gcp_l4", "resnet18", "amp", b, n, median=0.004 * b * n)
+        for b in (8, 16)
+        for n in (1, 2)
+    ]
+    metrics, _ = build(LOCAL_RUNS + l4_runs)
+    png, svg = tmp_path / "throughput.png", tmp_path / "throughput.svg"
+    info = plot_throughput(metrics, png, svg)
+    assert_valid_png(png)
+    ids = svg_ids(svg)
+    lines = sorted(i for i in ids if i.startswith("throughput-"))
+    assert lines == [
+        "throughput-gcp_l4-resnet18-amp",
+        "throughput-local-mobilenet_v2-fp32",
+        "throughput-local-resnet18-fp32",
+    ]
+    assert info == {"lines": 3, "failed": 1}
+    assert "failed-local-resnet18-fp32-bs64" in ids
+    text = svg.read_text()
+    assert "Throughput (images/s)" in text and "Batch size" in text
+    # the gcp_l4 curve has 2 points, each with an error bar (min..max over 2 repeats)
+    line = svg_element(svg, "throughput-gcp_l4-resnet18-amp")
+    assert len(line.findall(".//{http://www.w3.org/2000/svg}use")) == 2  # one marker per batch
+    bars = svg_element(svg, "errorbar-gcp_l4-resnet18-amp")
+    assert len(bars.findall("{http://www.w3.org/2000/svg}path")) == 2  # one bar per batch
+
+
+def test_throughput_of_no_runs_renders(tmp_path):
+    metrics = metrics_frame([])
+    info = plot_throughput(metrics, tmp_path / "t.png", tmp_path / "t.svg")
+    assert info == {"lines": 0, "failed": 0}
+    assert_valid_png(tmp_path / "t.png")
+
+
+# ----------------------------------------------------------------------------- CLIs
+
+
+def run_script(name, *args):
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_plot_clis(tmp_path, capsys):
+    metrics, pts = build(LOCAL_RUNS)
+    metrics.to_csv(tmp_path / "metrics.csv", index=False)
+    pts.to_csv(tmp_path / "points.csv", index=False)
+    ceil = []
+    for env, doc in CEILINGS.items():
+        p = tmp_path / env / "ceilings.json"
+        p.parent.mkdir()
+        p.write_text(json.dumps(doc))
+        ceil.append(p)
+    out = tmp_path / "plots"
+    res = run_script(
+        "plot_roofline.py", "--points", tmp_path / "points.csv", "--ceilings", *ceil,
+        "--env", "local", "--png", out / "roofline_local.png", "--svg", out / "roofline_local.svg",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert_valid_png(out / "roofline_local.png")
+    ids = svg_ids(out / "roofline_local.svg")
+    assert len([i for i in ids if i.startswith("point-")]) == 6
+    assert not [i for i in ids if i.startswith("roof-gcp_l4")]
+
+    # refusals, in-process (the entry point's main) to keep the suite fast
+    rc = plot_roofline_cli.main(
+        ["--points", str(tmp_path / "points.csv"), "--ceilings", *map(str, ceil),
+         "--env", "nowhere", "--png", str(out / "x.png"), "--svg", str(out / "x.svg")]
+    )  # fmt: skip
+    assert rc == 2
+    assert "--env 'nowhere'" in capsys.readouterr().err
+    assert not (out / "x.png").exists()
+
+    res = run_script(
+        "plot_throughput.py", "--metrics", tmp_path / "metrics.csv",
+        "--png", out / "throughput.png", "--svg", out / "throughput.svg",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert_valid_png(out / "throughput.png")
+    assert len([i for i in svg_ids(out / "throughput.svg") if i.startswith("throughput-")]) == 2

@@ -1,0 +1,551 @@
+"""Aggregation: run JSONs -> metrics table -> roofline points table.
+
+No file I/O here: callers load JSON/CSV and pass dicts and DataFrames in.
+
+``metrics_frame`` builds ``results/metrics.csv``: one row per run, failed runs
+included (their status and message, NaN step timings and throughput).
+
+``roofline_points_frame`` builds ``results/roofline_points.csv``: one row per
+(env, model, precision, batch) seen in the metrics. Groups with no ``ok`` run
+stay in the table as rows with ``runs_ok == 0`` and NaN numbers (``ai_source``,
+``roof_source`` and ``bound`` empty, ``above_roof`` False), so the report can
+list every failed configuration from one file; plots draw only rows with
+``runs_ok > 0`` (see :func:`plottable_points`). Such rows never need a
+complexity, ncu or ceilings entry.
+
+FLOPs and bytes per step:
+  * ``ai_source = "ncu"`` when the group's parsed ncu JSON exists, has no
+    ``status`` or ``status == "ok"``, and non-null ``totals.flop.total`` and
+    ``totals.bytes.dram``. The ncu totals are taken to cover exactly one
+    training step at the run's batch size (the profile stage captures one step).
+  * otherwise ``ai_source = "analytic"``: ``flops.train_step`` of the complexity
+    JSON, and ``by_precision[precision].min_dram_bytes_per_step`` (falling back
+    to the top-level ``min_dram_bytes_per_step``).
+
+Peaks: the env's ceilings ``roofs``; compute roof selected by the *pipeline*
+precision name (fp32, tf32, amp, bf16; ``fp16`` accepted for amp), measured
+preferred over datasheet (see :mod:`dnnroofline.roofline`). A missing peak
+raises :class:`InputError` naming env, precision and ceilings file: the
+pipeline never plots against a guessed peak.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dnnroofline import roofline
+from dnnroofline.errors import InputError
+
+RUN_STATUSES = ("ok", "oom", "error")
+GROUP_KEYS = ["env", "model", "precision", "batch_size"]
+
+METRICS_COLUMNS = [
+    "run_id",
+    "env",
+    "model",
+    "precision",
+    "batch_size",
+    "run",
+    "status",
+    "message",
+    "device",
+    "threads",
+    "images_per_s",
+    "step_median_s",
+    "step_p5_s",
+    "step_p95_s",
+    "step_cv",
+    "data_wait_median_s",
+    "wall_s",
+    "user_s",
+    "sys_s",
+    "max_rss_bytes",
+    "peak_device_memory_bytes",
+    "start_time",
+    "end_time",
+]
+#: Performance figures forced to NaN for a failed run, whatever the JSON holds.
+_RUN_PERF_COLUMNS = [
+    "images_per_s",
+    "step_median_s",
+    "step_p5_s",
+    "step_p95_s",
+    "step_cv",
+    "data_wait_median_s",
+]
+_METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
+_METRICS_INT_NULLABLE = ["threads", "max_rss_bytes", "peak_device_memory_bytes"]
+
+POINTS_COLUMNS = [
+    "env",
+    "model",
+    "precision",
+    "batch_size",
+    "runs_ok",
+    "runs_failed",
+    "flop_per_step",
+    "bytes_per_step",
+    "ai",
+    "ai_source",
+    "step_median_s",
+    "step_spread_s",
+    "images_per_s",
+    "images_per_s_min",
+    "images_per_s_max",
+    "attained_flops",
+    "roof_flops",
+    "roof_source",
+    "peak_flops",
+    "peak_bandwidth",
+    "ridge_ai",
+    "efficiency",
+    "bound",
+    "above_roof",
+]
+_POINTS_FLOAT = [
+    "flop_per_step",
+    "bytes_per_step",
+    "ai",
+    "step_median_s",
+    "step_spread_s",
+    "images_per_s",
+    "images_per_s_min",
+    "images_per_s_max",
+    "attained_flops",
+    "roof_flops",
+    "peak_flops",
+    "peak_bandwidth",
+    "ridge_ai",
+    "efficiency",
+]
+
+#: ``dtype=`` for ``pd.read_csv`` of the two tables: names stay strings.
+METRICS_DTYPES = {
+    "run_id": "str",
+    "env": "str",
+    "model": "str",
+    "precision": "str",
+    "status": "str",
+    "message": "str",
+    "device": "str",
+}
+POINTS_DTYPES = {
+    "env": "str",
+    "model": "str",
+    "precision": "str",
+    "ai_source": "str",
+    "roof_source": "str",
+    "bound": "str",
+}
+
+_RUN_SUFFIX = re.compile(r"_run(\d+)$")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _get(d: object, *keys: str) -> object:
+    """Nested ``d[k1][k2]...``; None where any level is missing or null."""
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _num(value: object, what: str) -> float:
+    """A JSON number as float; null -> NaN; anything else -> InputError."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{what} must be a number or null, got {value!r}")
+    return float(value)
+
+
+def ncu_stem(env: str, model: str, precision: str, batch_size: int) -> str:
+    """File stem of a parsed ncu JSON: ``{env}_{model}_{precision}_bs{batch}``."""
+    return f"{env}_{model}_{precision}_bs{int(batch_size)}"
+
+
+def ceilings_path(env: str) -> str:
+    """The contract path of an env's ceilings file (used in messages)."""
+    return f"results/{env}/ceilings.json"
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def run_row(run: Mapping, where: str = "run") -> dict:
+    """One metrics.csv row from one run JSON (``where`` names it in errors)."""
+    if not isinstance(run, Mapping):
+        raise InputError(f"{where}: a run JSON must be an object, got {type(run).__name__}")
+    status = run.get("status")
+    if status not in RUN_STATUSES:
+        raise InputError(f"{where}: status must be one of {RUN_STATUSES}, got {status!r}")
+    run_id, env = run.get("run_id"), run.get("env")
+    if not isinstance(run_id, str) or not run_id or not isinstance(env, str) or not env:
+        raise InputError(
+            f"{where}: run_id and env must be set (got run_id={run_id!r}, env={env!r}); "
+            "runs made by hand need --run-id and --env to enter the study"
+        )
+    config = run.get("config")
+    if not isinstance(config, Mapping):
+        raise InputError(f"{where}: missing 'config' object")
+    model, precision, batch = config.get("arch"), config.get("precision"), config.get("batch_size")
+    if not isinstance(model, str) or not isinstance(precision, str):
+        raise InputError(
+            f"{where}: config.arch and config.precision must be strings, "
+            f"got {model!r} and {precision!r}"
+        )
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        raise InputError(f"{where}: config.batch_size must be a positive integer, got {batch!r}")
+    n = run.get("run")
+    if n is None:
+        m = _RUN_SUFFIX.search(run_id)
+        if not m:
+            raise InputError(f"{where}: run_id {run_id!r} does not end in _run<N>")
+        n = int(m.group(1))
+    expected = f"{ncu_stem(env, model, precision, batch)}_run{n}"
+    if run_id != expected:
+        raise InputError(
+            f"{where}: run_id {run_id!r} does not match its env and config "
+            f"(expected {expected!r}); refusing to file it under the wrong point"
+        )
+
+    row = {
+        "run_id": run_id,
+        "env": env,
+        "model": model,
+        "precision": precision,
+        "batch_size": int(batch),
+        "run": int(n),
+        "status": status,
+        "message": run.get("message"),
+        "device": config.get("device") if config.get("device") is not None else run.get("device"),
+        "threads": _num(config.get("threads"), f"{where}: config.threads"),
+        "images_per_s": _num(run.get("images_per_s"), f"{where}: images_per_s"),
+        "step_median_s": _num(_get(run, "step_time_s", "median"), f"{where}: step_time_s.median"),
+        "step_p5_s": _num(_get(run, "step_time_s", "p5"), f"{where}: step_time_s.p5"),
+        "step_p95_s": _num(_get(run, "step_time_s", "p95"), f"{where}: step_time_s.p95"),
+        "step_cv": _num(_get(run, "step_time_s", "cv"), f"{where}: step_time_s.cv"),
+        "data_wait_median_s": _num(
+            _get(run, "data_wait_s", "median"), f"{where}: data_wait_s.median"
+        ),
+    }
+    for key in ["wall_s", "user_s", "sys_s", "max_rss_bytes", "peak_device_memory_bytes"]:
+        row[key] = _num(run.get(key), f"{where}: {key}")
+    for key in ["start_time", "end_time"]:
+        row[key] = _num(run.get(key), f"{where}: {key}")
+
+    if status == "ok":
+        for key in ("step_median_s", "images_per_s"):
+            roofline.check_positive(f"{where}: {key} of an ok run", row[key])
+    else:
+        for key in _RUN_PERF_COLUMNS:
+            row[key] = math.nan
+    return row
+
+
+def _sorted_frame(rows: list[dict], columns: list[str], keys: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=columns)
+    if len(df):
+        df = df.sort_values(keys, kind="stable").reset_index(drop=True)
+    return df
+
+
+def metrics_frame(runs: Sequence[Mapping], sources: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per run with exactly :data:`METRICS_COLUMNS`, sorted by env, model,
+    precision, batch_size, run. ``sources`` (e.g. file paths) name runs in errors."""
+    if sources is not None and len(sources) != len(runs):
+        raise ValueError("sources must name every run")
+    rows = []
+    seen: dict[str, str] = {}
+    for i, run in enumerate(runs):
+        where = sources[i] if sources is not None else f"run #{i}"
+        row = run_row(run, where)
+        if row["run_id"] in seen:
+            first = seen[row["run_id"]]
+            raise InputError(f"duplicate run_id {row['run_id']!r} in {first} and {where}")
+        seen[row["run_id"]] = where
+        rows.append(row)
+    df = _sorted_frame(rows, METRICS_COLUMNS, GROUP_KEYS + ["run"])
+    df[_METRICS_FLOAT] = df[_METRICS_FLOAT].astype("float64")
+    for col in _METRICS_INT_NULLABLE:
+        df[col] = pd.array(df[col].astype("float64"), dtype="Int64")
+    df[["batch_size", "run"]] = df[["batch_size", "run"]].astype("int64")
+    return df
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per (env, model, precision, batch_size): run counts and timing statistics over ok runs.
+
+    Columns: GROUP_KEYS, runs_ok, runs_failed, step_median_s (median of the run
+    medians), step_spread_s (max - min of the run medians), images_per_s
+    (median), images_per_s_min, images_per_s_max. NaN where runs_ok == 0.
+    """
+    missing = [
+        c
+        for c in GROUP_KEYS + ["run_id", "status", "step_median_s", "images_per_s"]
+        if c not in metrics.columns
+    ]
+    if missing:
+        raise InputError(f"metrics table lacks columns {missing}")
+    rows = []
+    for key, g in metrics.groupby(GROUP_KEYS, sort=True):
+        ok = g[g["status"] == "ok"]
+        for _, r in ok.iterrows():
+            for col in ("step_median_s", "images_per_s"):
+                v = r[col]
+                if pd.isna(v) or not math.isfinite(float(v)) or float(v) <= 0:
+                    raise InputError(f"metrics: ok run {r['run_id']!r} has {col} = {v!r}")
+        steps = ok["step_median_s"].astype(float)
+        ips = ok["images_per_s"].astype(float)
+        n_ok = len(ok)
+        rows.append(
+            dict(
+                zip(GROUP_KEYS, key, strict=True),
+                runs_ok=n_ok,
+                runs_failed=len(g) - n_ok,
+                step_median_s=float(steps.median()) if n_ok else math.nan,
+                step_spread_s=float(steps.max() - steps.min()) if n_ok else math.nan,
+                images_per_s=float(ips.median()) if n_ok else math.nan,
+                images_per_s_min=float(ips.min()) if n_ok else math.nan,
+                images_per_s_max=float(ips.max()) if n_ok else math.nan,
+            )
+        )
+    cols = GROUP_KEYS + [
+        "runs_ok",
+        "runs_failed",
+        "step_median_s",
+        "step_spread_s",
+        "images_per_s",
+        "images_per_s_min",
+        "images_per_s_max",
+    ]
+    df = pd.DataFrame(rows, columns=cols)
+    df["batch_size"] = df["batch_size"].astype("int64")
+    df[["runs_ok", "runs_failed"]] = df[["runs_ok", "runs_failed"]].astype("int64")
+    return df
+
+
+# --------------------------------------------------------------------------- points
+
+
+def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
+    """(FLOP total, DRAM bytes) of a parsed ncu JSON, or None when it cannot give an AI.
+
+    None: no file, ``status`` other than ``ok``, or a null FLOP or DRAM total.
+    A total that is present but not positive is a broken capture: InputError.
+    """
+    if ncu is None:
+        return None
+    if not isinstance(ncu, Mapping):
+        raise InputError(f"{where}: parsed ncu JSON must be an object")
+    if ncu.get("status", "ok") != "ok":
+        return None
+    flop = _get(ncu, "totals", "flop", "total")
+    dram = _get(ncu, "totals", "bytes", "dram")
+    if flop is None or dram is None:
+        return None
+    return (
+        roofline.check_positive(f"{where}: totals.flop.total", flop),
+        roofline.check_positive(f"{where}: totals.bytes.dram", dram),
+    )
+
+
+def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[float, float]:
+    """(train-step FLOPs, minimum DRAM bytes per step) from a complexity JSON."""
+    flop = _get(complexity, "flops", "train_step")
+    nbytes = _get(complexity, "by_precision", precision, "min_dram_bytes_per_step")
+    key = f"by_precision.{precision}.min_dram_bytes_per_step"
+    if nbytes is None:
+        nbytes, key = complexity.get("min_dram_bytes_per_step"), "min_dram_bytes_per_step"
+    return (
+        roofline.check_positive(f"{where}: flops.train_step", flop),
+        roofline.check_positive(f"{where}: {key}", nbytes),
+    )
+
+
+def _peaks(
+    env: str, precision: str, ceilings: Mapping, sources: Mapping[str, str]
+) -> tuple[roofline.Roof, roofline.Roof]:
+    where = sources.get(env, ceilings_path(env))
+    if env not in ceilings:
+        raise InputError(
+            f"no ceilings for env {env!r} (expected {where}); "
+            "refusing to place its points against a guessed peak"
+        )
+    roofs = roofline.parse_roofs(ceilings[env], where)
+    compute = roofline.select_roof(roofs, "compute", precision)
+    if compute is None:
+        have = sorted({r.precision for r in roofs if r.kind == "compute"})
+        raise InputError(
+            f"{where}: env {env!r} has no compute peak for precision {precision!r} "
+            f"(accepted names {list(roofline.precision_aliases(precision))}, file has {have}); "
+            "add a measured or datasheet roof - the pipeline never plots against a guess"
+        )
+    memory = roofline.select_roof(roofs, "memory")
+    if memory is None:
+        raise InputError(
+            f"{where}: env {env!r} has no memory-bandwidth roof (needed for precision "
+            f"{precision!r}); add a measured or datasheet roof"
+        )
+    return compute, memory
+
+
+def roofline_points_frame(
+    metrics: pd.DataFrame,
+    complexity: Mapping[tuple[str, int], Mapping],
+    ceilings: Mapping[str, Mapping],
+    ncu: Mapping[tuple[str, str, str, int], Mapping | None] | None = None,
+    *,
+    ceilings_sources: Mapping[str, str] | None = None,
+    ncu_sources: Mapping[tuple[str, str, str, int], str] | None = None,
+    rel_tol: float = roofline.ABOVE_ROOF_RTOL,
+) -> pd.DataFrame:
+    """One row per (env, model, precision, batch_size) with exactly :data:`POINTS_COLUMNS`.
+
+    ``complexity`` is keyed by (model, batch_size), ``ceilings`` by env, ``ncu`` by
+    (env, model, precision, batch_size) (value None or absent: no ncu data).
+    ``*_sources`` name the files in error messages.
+    """
+    ncu = ncu or {}
+    ceilings_sources = ceilings_sources or {}
+    ncu_sources = ncu_sources or {}
+    rows = []
+    for g in group_summary(metrics).to_dict("records"):
+        env, model, precision, batch = g["env"], g["model"], g["precision"], int(g["batch_size"])
+        row = {c: math.nan for c in POINTS_COLUMNS}
+        row.update(g)
+        row.update(batch_size=batch, ai_source=None, roof_source=None, bound=None, above_roof=False)
+        if g["runs_ok"] == 0:
+            rows.append(row)
+            continue
+        key = (env, model, precision, batch)
+        ncu_where = ncu_sources.get(key, f"results/{env}/ncu/{ncu_stem(*key)}.json")
+        counts = ncu_counts(ncu.get(key), ncu_where)
+        if counts is not None:
+            ai_source = "ncu"
+        else:
+            ai_source = "analytic"
+            cwhere = f"results/complexity/{model}_bs{batch}.json"
+            comp = complexity.get((model, batch))
+            if comp is None:
+                raise InputError(
+                    f"no complexity data for model {model!r} batch {batch} (expected {cwhere}) "
+                    f"and no usable ncu counters ({ncu_where}) for env {env!r} {precision}"
+                )
+            counts = analytic_counts(comp, precision, cwhere)
+        compute, memory = _peaks(env, precision, ceilings, ceilings_sources)
+        p = roofline.evaluate_point(
+            counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
+        )
+        roof_source = (
+            compute.source
+            if compute.source == memory.source
+            else f"compute={compute.source};memory={memory.source}"
+        )
+        row.update(
+            flop_per_step=p.flop_per_step,
+            bytes_per_step=p.bytes_per_step,
+            ai=p.ai,
+            ai_source=ai_source,
+            attained_flops=p.attained_flops,
+            roof_flops=p.roof_flops,
+            roof_source=roof_source,
+            peak_flops=p.peak_flops,
+            peak_bandwidth=p.peak_bandwidth,
+            ridge_ai=p.ridge_ai,
+            efficiency=p.efficiency,
+            bound=p.bound,
+            above_roof=p.above_roof,
+        )
+        rows.append(row)
+    df = _sorted_frame(rows, POINTS_COLUMNS, GROUP_KEYS)
+    df[_POINTS_FLOAT] = df[_POINTS_FLOAT].astype("float64")
+    df[["batch_size", "runs_ok", "runs_failed"]] = df[
+        ["batch_size", "runs_ok", "runs_failed"]
+    ].astype("int64")
+    df["above_roof"] = df["above_roof"].astype(bool)
+    return df
+
+
+def plottable_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Rows that are points on a roofline: at least one ok run and finite AI and FLOP/s."""
+    if points.empty:
+        return points
+    keep = (
+        (points["runs_ok"] > 0)
+        & np.isfinite(points["ai"].astype(float))
+        & np.isfinite(points["attained_flops"].astype(float))
+    )
+    return points[keep].reset_index(drop=True)
+
+
+def failed_groups(points: pd.DataFrame) -> pd.DataFrame:
+    """Rows of configurations without a single ok run (for the report)."""
+    return points[points["runs_ok"] == 0].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- keying files
+
+
+def key_complexity(docs: Iterable[tuple[str, Mapping]]) -> dict[tuple[str, int], Mapping]:
+    """{(arch, batch_size): doc} from (source, complexity JSON) pairs."""
+    out: dict[tuple[str, int], Mapping] = {}
+    where_of: dict[tuple[str, int], str] = {}
+    for where, doc in docs:
+        arch, batch = _get(doc, "arch"), _get(doc, "batch_size")
+        if not isinstance(arch, str) or isinstance(batch, bool) or not isinstance(batch, int):
+            raise InputError(f"{where}: complexity JSON needs string 'arch' and int 'batch_size'")
+        key = (arch, batch)
+        if key in out:
+            raise InputError(f"complexity for {key} given twice: {where_of[key]} and {where}")
+        out[key], where_of[key] = doc, where
+    return out
+
+
+def key_ceilings(docs: Iterable[tuple[str, Mapping]]) -> tuple[dict[str, Mapping], dict[str, str]]:
+    """({env: doc}, {env: source}) from (source, ceilings JSON) pairs."""
+    out: dict[str, Mapping] = {}
+    sources: dict[str, str] = {}
+    for where, doc in docs:
+        env = _get(doc, "env")
+        if not isinstance(env, str) or not env:
+            raise InputError(f"{where}: ceilings JSON needs a string 'env', got {env!r}")
+        if env in out:
+            raise InputError(f"ceilings for env {env!r} given twice: {sources[env]} and {where}")
+        out[env], sources[env] = doc, where
+    return out, sources
+
+
+def match_ncu_stems(
+    stems: Iterable[str], groups: Iterable[tuple[str, str, str, int]]
+) -> tuple[dict[str, tuple[str, str, str, int]], list[str]]:
+    """Map ncu file stems ``{env}_{model}_{precision}_bs{batch}`` to group keys.
+
+    Names are matched against the known groups rather than split on ``_``
+    (env and model names may contain underscores). Returns (matched, unmatched).
+    """
+    expected: dict[str, tuple[str, str, str, int]] = {}
+    for key in groups:
+        key = (key[0], key[1], key[2], int(key[3]))
+        stem = ncu_stem(*key)
+        if stem in expected and expected[stem] != key:
+            raise InputError(f"ncu file name {stem!r} is ambiguous: {expected[stem]} and {key}")
+        expected[stem] = key
+    matched, unmatched = {}, []
+    for stem in stems:
+        if stem in expected:
+            matched[stem] = expected[stem]
+        else:
+            unmatched.append(stem)
+    return matched, unmatched

@@ -1,0 +1,224 @@
+"""Roofline math: roofs, ridge points, bounds, attained performance, efficiency.
+
+Pure functions, no I/O. Units: FLOP, bytes, seconds; FLOP/s and bytes/s.
+
+Definitions (DESIGN.md, "AI and attained performance" and "Ceilings"):
+
+- arithmetic intensity  ``ai = flop_per_step / bytes_per_step``      (FLOP/byte)
+- attained performance  ``attained = flop_per_step / median_step_s`` (FLOP/s)
+- roof at an AI         ``roof = min(peak_flops, ai * peak_bw)``
+- ridge point           ``ridge_ai = peak_flops / peak_bw``
+- bound                 ``"memory"`` if ``ai < ridge_ai`` else ``"compute"``
+- efficiency            ``attained / roof`` (may exceed 1: see ``above_roof``)
+
+A point above its roof is a bug or a wrong peak. It is *flagged*
+(:func:`is_above_roof`), never clipped or dropped.
+
+Ceilings contract assumption (``results/{env}/ceilings.json``): each entry of
+``roofs`` has ``kind`` ("compute" | "memory"), ``precision`` (compute roofs:
+the *pipeline* precision names ``fp32``, ``tf32``, ``amp``, ``bf16``; memory
+roofs: null), ``source`` ("measured" | "datasheet") and ``value`` (FLOP/s or
+bytes/s). A compute roof for precision ``amp`` may also be given as ``fp16``
+(amp is fp16 autocast); no other alias is accepted, so a tf32 run is never
+silently measured against an fp32 peak. When several roofs of one kind and
+precision exist, ``measured`` is preferred over ``datasheet``; among several
+of the same source the highest value is taken (the best demonstrated ceiling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dnnroofline.errors import InputError
+
+#: Relative tolerance for :func:`is_above_roof`: floating-point round-off only.
+ABOVE_ROOF_RTOL = 1e-9
+
+ROOF_KINDS = ("compute", "memory")
+ROOF_SOURCES = ("measured", "datasheet")  # order = preference
+#: Pipeline precision -> the ceilings ``precision`` names accepted for its compute roof.
+PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",),
+    "tf32": ("tf32",),
+    "amp": ("amp", "fp16"),
+    "bf16": ("bf16",),
+}
+
+
+def check_positive(name: str, value: object) -> float:
+    """Return ``value`` as float if it is a positive finite number, else raise InputError."""
+    if isinstance(value, bool):
+        raise InputError(f"{name} must be a positive finite number, got {value!r}")
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a positive finite number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise InputError(f"{name} must be a positive finite number, got {value!r}")
+    return x
+
+
+def arithmetic_intensity(flop: float, nbytes: float) -> float:
+    """FLOP per byte of DRAM traffic."""
+    return check_positive("flop", flop) / check_positive("bytes", nbytes)
+
+
+def roof(ai: float, peak_flops: float, peak_bw: float) -> float:
+    """Attainable FLOP/s at arithmetic intensity ``ai``: ``min(peak_flops, ai * peak_bw)``."""
+    ai = check_positive("arithmetic intensity (FLOP/byte)", ai)
+    peak_flops = check_positive("peak FLOP/s", peak_flops)
+    peak_bw = check_positive("peak bandwidth (bytes/s)", peak_bw)
+    return min(peak_flops, ai * peak_bw)
+
+
+def ridge_ai(peak_flops: float, peak_bw: float) -> float:
+    """AI where the memory roof meets the compute roof: ``peak_flops / peak_bw``."""
+    return check_positive("peak FLOP/s", peak_flops) / check_positive(
+        "peak bandwidth (bytes/s)", peak_bw
+    )
+
+
+def bound(ai: float, peak_flops: float, peak_bw: float) -> str:
+    """``"memory"`` left of the ridge point, ``"compute"`` at or right of it."""
+    ai = check_positive("arithmetic intensity (FLOP/byte)", ai)
+    return "memory" if ai < ridge_ai(peak_flops, peak_bw) else "compute"
+
+
+def attained_flops(flop_per_step: float, median_step_s: float) -> float:
+    """Attained FLOP/s: FLOPs of one step over the median step time."""
+    return check_positive("flop per step", flop_per_step) / check_positive(
+        "median step time (s)", median_step_s
+    )
+
+
+def efficiency(attained: float, roof_flops: float) -> float:
+    """``attained / roof``; above 1 means the point is above its roof (not clipped)."""
+    return check_positive("attained FLOP/s", attained) / check_positive("roof FLOP/s", roof_flops)
+
+
+def is_above_roof(attained: float, roof_flops: float, rel_tol: float = ABOVE_ROOF_RTOL) -> bool:
+    """True when ``attained > roof * (1 + rel_tol)``: a bug or a wrong peak, to be flagged."""
+    attained = check_positive("attained FLOP/s", attained)
+    roof_flops = check_positive("roof FLOP/s", roof_flops)
+    if not (math.isfinite(rel_tol) and rel_tol >= 0):
+        raise InputError(f"rel_tol must be a finite number >= 0, got {rel_tol!r}")
+    return attained > roof_flops * (1.0 + rel_tol)
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One (FLOP, bytes, time) measurement placed on one roofline."""
+
+    flop_per_step: float
+    bytes_per_step: float
+    ai: float
+    step_s: float
+    attained_flops: float
+    peak_flops: float
+    peak_bandwidth: float
+    ridge_ai: float
+    roof_flops: float
+    efficiency: float
+    bound: str
+    above_roof: bool
+
+
+def evaluate_point(
+    flop_per_step: float,
+    bytes_per_step: float,
+    median_step_s: float,
+    peak_flops: float,
+    peak_bw: float,
+    rel_tol: float = ABOVE_ROOF_RTOL,
+) -> RooflinePoint:
+    """Place one measurement on the roofline ``(peak_flops, peak_bw)``."""
+    ai = arithmetic_intensity(flop_per_step, bytes_per_step)
+    att = attained_flops(flop_per_step, median_step_s)
+    r = roof(ai, peak_flops, peak_bw)
+    return RooflinePoint(
+        flop_per_step=float(flop_per_step),
+        bytes_per_step=float(bytes_per_step),
+        ai=ai,
+        step_s=float(median_step_s),
+        attained_flops=att,
+        peak_flops=float(peak_flops),
+        peak_bandwidth=float(peak_bw),
+        ridge_ai=ridge_ai(peak_flops, peak_bw),
+        roof_flops=r,
+        efficiency=efficiency(att, r),
+        bound=bound(ai, peak_flops, peak_bw),
+        above_roof=is_above_roof(att, r, rel_tol),
+    )
+
+
+# --------------------------------------------------------------------------- ceilings
+
+
+@dataclass(frozen=True)
+class Roof:
+    """One validated entry of a ceilings file's ``roofs`` list."""
+
+    kind: str  # "compute" | "memory"
+    precision: str | None  # None for memory roofs
+    source: str  # "measured" | "datasheet"
+    value: float  # FLOP/s (compute) or bytes/s (memory)
+    note: str  # method (measured) or citation (datasheet), "" if absent
+
+
+def parse_roofs(ceilings: dict, where: str = "ceilings") -> list[Roof]:
+    """Validate ``ceilings["roofs"]`` and return it as :class:`Roof` objects.
+
+    ``where`` names the file in error messages.
+    """
+    if not isinstance(ceilings, dict) or not isinstance(ceilings.get("roofs"), list):
+        raise InputError(f"{where}: expected a JSON object with a 'roofs' list")
+    out = []
+    for i, entry in enumerate(ceilings["roofs"]):
+        at = f"{where}: roofs[{i}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{at} must be an object, got {entry!r}")
+        kind = entry.get("kind")
+        if kind not in ROOF_KINDS:
+            raise InputError(f"{at}.kind must be one of {ROOF_KINDS}, got {kind!r}")
+        source = entry.get("source")
+        if source not in ROOF_SOURCES:
+            raise InputError(f"{at}.source must be one of {ROOF_SOURCES}, got {source!r}")
+        precision = entry.get("precision")
+        if kind == "compute":
+            if not isinstance(precision, str) or not precision:
+                raise InputError(f"{at}.precision must name a precision, got {precision!r}")
+            precision = precision.lower()
+        else:
+            precision = None
+        value = check_positive(f"{at}.value ({kind} roof)", entry.get("value"))
+        note = entry.get("method") or entry.get("citation") or ""
+        out.append(Roof(kind, precision, source, value, str(note)))
+    return out
+
+
+def precision_aliases(precision: str) -> tuple[str, ...]:
+    """The ceilings precision names accepted for a pipeline precision."""
+    p = precision.lower()
+    return PRECISION_ALIASES.get(p, (p,))
+
+
+def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> Roof | None:
+    """Best roof of ``kind`` (and ``precision`` for compute): measured first, then datasheet.
+
+    Returns None when there is none; callers must refuse rather than guess.
+    """
+    if kind not in ROOF_KINDS:
+        raise InputError(f"roof kind must be one of {ROOF_KINDS}, got {kind!r}")
+    if kind == "compute" and not precision:
+        raise InputError("a compute roof is selected by precision; none was given")
+    names = precision_aliases(precision) if kind == "compute" else None
+    for source in ROOF_SOURCES:
+        cands = [
+            r
+            for r in roofs
+            if r.kind == kind and r.source == source and (names is None or r.precision in names)
+        ]
+        if cands:
+            return max(cands, key=lambda r: r.value)
+    return None

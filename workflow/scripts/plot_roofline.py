@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Draw the roofline of one env, or of all envs together, as PNG and SVG.
+
+    python workflow/scripts/plot_roofline.py --points results/roofline_points.csv \
+        --ceilings results/*/ceilings.json [--env local] \
+        --png results/plots/roofline_local.png --svg results/plots/roofline_local.svg
+
+With --env only that env's points and roofs are drawn; without it every env
+whose ceilings are given (each point's env must be among them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pandas as pd
+
+from dnnroofline.aggregate import POINTS_DTYPES, key_ceilings
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json
+from dnnroofline.plots import plot_roofline
+
+
+def load_json(path: str):
+    try:
+        return read_json(path)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", required=True, help="roofline points CSV")
+    ap.add_argument("--ceilings", nargs="+", required=True, help="ceilings JSON files")
+    ap.add_argument("--env", help="draw only this env (default: all envs given)")
+    ap.add_argument("--png", required=True)
+    ap.add_argument("--svg", required=True)
+    ap.add_argument("--title", help="figure title")
+    args = ap.parse_args(argv)
+    try:
+        try:
+            points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
+        ceilings, sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
+        if args.env is not None:
+            if args.env not in ceilings:
+                raise InputError(
+                    f"--env {args.env!r}: no ceilings file for it among {args.ceilings}"
+                )
+            ceilings = {args.env: ceilings[args.env]}
+            points = points[points["env"] == args.env].reset_index(drop=True)
+        title = args.title or (
+            f"Roofline: {args.env}" if args.env else f"Roofline: {', '.join(sorted(ceilings))}"
+        )
+        info = plot_roofline(points, ceilings, args.png, args.svg, title, ceilings_sources=sources)
+    except InputError as exc:
+        print(f"plot_roofline: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"plot_roofline: {info['points']} points ({info['above_roof']} above roof), "
+        f"{info['roofs']} compute roofs -> {args.png}, {args.svg}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""Place every (env, model, precision, batch) on its env's roofline: roofline_points.csv.
+
+    python workflow/scripts/roofline_points.py --metrics results/metrics.csv \
+        --complexity results/complexity/*.json \
+        --ceilings results/*/ceilings.json \
+        [--ncu results/*/ncu/*.json] --out results/roofline_points.csv
+
+Complexity files are keyed by their ``arch`` and ``batch_size`` keys, ceilings
+files by their ``env`` key, and parsed ncu files by their name
+``{env}_{model}_{precision}_bs{batch}.json``, matched against the groups in the
+metrics table (so underscores in env and model names are never split). An ncu
+file that matches no group is reported and ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from dnnroofline.aggregate import (
+    GROUP_KEYS,
+    METRICS_DTYPES,
+    key_ceilings,
+    key_complexity,
+    match_ncu_stems,
+    roofline_points_frame,
+)
+from dnnroofline.errors import InputError
+from dnnroofline.io import atomic_path, read_json
+
+
+def load_json(path: str):
+    try:
+        return read_json(path)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
+
+
+def read_metrics(path: str) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype=METRICS_DTYPES)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"{path}: cannot read metrics CSV: {exc}") from exc
+
+
+def build(args: argparse.Namespace) -> pd.DataFrame:
+    metrics = read_metrics(args.metrics)
+    complexity = key_complexity((p, load_json(p)) for p in args.complexity)
+    ceilings, ceilings_sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
+    groups = [tuple(k) for k in metrics[GROUP_KEYS].drop_duplicates().itertuples(index=False)]
+    by_stem = {Path(p).name.removesuffix(".json"): p for p in args.ncu}
+    matched, unmatched = match_ncu_stems(by_stem, groups)
+    for stem in unmatched:
+        print(
+            f"roofline_points: warning: {by_stem[stem]} matches no run group; ignored",
+            file=sys.stderr,
+        )
+    ncu = {key: load_json(by_stem[stem]) for stem, key in matched.items()}
+    ncu_sources = {key: by_stem[stem] for stem, key in matched.items()}
+    return roofline_points_frame(
+        metrics,
+        complexity,
+        ceilings,
+        ncu,
+        ceilings_sources=ceilings_sources,
+        ncu_sources=ncu_sources,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--metrics", required=True, help="metrics CSV (aggregate_metrics.py)")
+    ap.add_argument("--complexity", nargs="*", default=[], help="complexity JSON files")
+    ap.add_argument("--ceilings", nargs="+", required=True, help="ceilings JSON files")
+    ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files (GPU envs)")
+    ap.add_argument("--out", required=True, help="roofline points CSV to write")
+    args = ap.parse_args(argv)
+    try:
+        df = build(args)
+    except InputError as exc:
+        print(f"roofline_points: error: {exc}", file=sys.stderr)
+        return 2
+    with atomic_path(args.out) as tmp:
+        df.to_csv(tmp, index=False)
+    n_above = int(df["above_roof"].sum())
+    n_empty = int((df["runs_ok"] == 0).sum())
+    print(
+        f"roofline_points: {len(df)} points ({n_empty} without an ok run, "
+        f"{n_above} above their roof) -> {args.out}",
+        file=sys.stderr,
+    )
+    if n_above:
+        for r in df[df["above_roof"]].itertuples(index=False):
+            print(
+                f"roofline_points: WARNING: {r.env} {r.model} {r.precision} bs{r.batch_size} "
+                f"is above its roof ({r.attained_flops:.4g} > {r.roof_flops:.4g} FLOP/s): "
+                "a bug or a wrong peak",
+                file=sys.stderr,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
