@@ -1,0 +1,131 @@
+#!/usr/bin/env python
+"""Write the report's HTML sections from the study's results.
+
+    python workflow/scripts/write_report_sections.py --config config/config.yaml \\
+        --metrics results/metrics.csv --points results/roofline_points.csv \\
+        --complexity results/complexity/*.json --ceilings results/*/ceilings.json \\
+        --env-info results/*/env_info.json [--expected-runs runs.json] \\
+        --outdir results/report_sections
+
+Writes design.html, complexity.html, measurement.html, roofline.html,
+analysis.html and reproducibility.html into ``--outdir``, each atomically.
+``--config`` is the study's YAML, or a JSON dump of the resolved config.
+``--expected-runs`` is a JSON list of run ids, or of objects with ``run_id``
+(and ``env``, ``model``, ``precision``, ``batch_size``, ``run``); without it the
+expected runs are derived from the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dnnroofline.analysis import SECTION_FILES, all_sections  # noqa: E402
+from dnnroofline.errors import InputError  # noqa: E402
+from dnnroofline.io import write_text_atomic  # noqa: E402
+
+
+def _load_config(path: str) -> dict:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(f"--config: cannot read {path}: {exc}") from exc
+    try:
+        cfg = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"--config: {path} is not valid YAML/JSON: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise InputError(f"--config: {path} must hold a mapping with 'envs' and 'study'")
+    return cfg
+
+
+def _load_json(path: str, what: str):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{what}: {path} line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
+        ) from exc
+
+
+def _load_csv(path: str, what: str) -> pd.DataFrame:
+    if not Path(path).is_file():
+        raise InputError(f"{what}: no such file: {path}")
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{what}: {path} is not a valid CSV: {exc}") from exc
+
+
+def _by_env(paths: list[str], what: str) -> dict[str, dict]:
+    """``{env: JSON}``; the env is the JSON's ``env`` key, else the parent folder name."""
+    out: dict[str, dict] = {}
+    for p in paths:
+        obj = _load_json(p, what)
+        if not isinstance(obj, dict):
+            raise InputError(f"{what}: {p} must hold a JSON object")
+        env = obj.get("env") or Path(p).resolve().parent.name
+        out[str(env)] = obj
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--config", required=True, help="study config: YAML, or a JSON dump")
+    ap.add_argument("--metrics", required=True, help="results/metrics.csv")
+    ap.add_argument("--points", required=True, help="results/roofline_points.csv")
+    ap.add_argument("--complexity", nargs="*", default=[], help="results/complexity/*.json")
+    ap.add_argument("--ceilings", nargs="*", default=[], help="results/*/ceilings.json")
+    ap.add_argument("--env-info", nargs="*", default=[], help="results/*/env_info.json")
+    ap.add_argument("--expected-runs", help="JSON list of expected run ids (optional)")
+    ap.add_argument("--outdir", required=True, help="folder for the six HTML files")
+    args = ap.parse_args(argv)
+
+    try:
+        config = _load_config(args.config)
+        metrics = _load_csv(args.metrics, "--metrics")
+        points = _load_csv(args.points, "--points")
+        complexity = [_load_json(p, "--complexity") for p in args.complexity]
+        ceilings = _by_env(args.ceilings, "--ceilings")
+        env_infos = _by_env(args.env_info, "--env-info")
+        expected = None
+        if args.expected_runs:
+            expected = _load_json(args.expected_runs, "--expected-runs")
+            if not isinstance(expected, list):
+                raise InputError(
+                    f"--expected-runs: {args.expected_runs} must hold a JSON list of run ids"
+                )
+    except InputError as exc:
+        print(f"write_report_sections: error: {exc}", file=sys.stderr)
+        return 2
+
+    sections = all_sections(
+        config,
+        metrics,
+        points,
+        complexity=complexity,
+        ceilings=ceilings,
+        env_infos=env_infos,
+        expected_runs=expected,
+        config_path=None if args.config.endswith(".json") else args.config,
+    )
+    outdir = Path(args.outdir)
+    for name in SECTION_FILES:
+        write_text_atomic(outdir / name, sections[name])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
