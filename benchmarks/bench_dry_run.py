@@ -54,8 +54,10 @@ def main() -> None:
     runs = int(re.search(r"^train\s+(\d+)$", out, re.M).group(1))
     jobs = int(re.search(r"^total\s+(\d+)$", out, re.M).group(1))
     print(f"timed runs in the matrix: {runs}; jobs in the DAG: {jobs}")
-    print(f"dry run wall time: median {statistics.median(times):.2f} s over {len(times)} "
-          f"(min {min(times):.2f}, max {max(times):.2f})")
+    print(
+        f"dry run wall time: median {statistics.median(times):.2f} s over {len(times)} "
+        f"(min {min(times):.2f}, max {max(times):.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+
 from dnnroofline.errors import InputError
 from dnnroofline.study import Study, alternation
 

@@ -37,7 +37,9 @@ def snakemake(workdir: Path, *args, check=True, timeout=900):
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 
@@ -134,7 +136,7 @@ def test_tiny_study_end_to_end(tiny_study):
     for p in points:
         assert p["ai_source"] == "analytic"
         assert p["bound"] in ("memory", "compute")
-        assert 0 < float(p["efficiency"])
+        assert float(p["efficiency"]) > 0
         assert int(p["runs_ok"]) == 2
     for name in ("roofline_local", "roofline_all", "throughput"):
         assert (results / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
@@ -156,7 +158,7 @@ def test_measurements_never_overlap_and_use_declared_threads(tiny_study):
     spans.append((ceilings["start_time"], ceilings["end_time"], "ceilings"))
     spans.sort()
     assert len(spans) == 13
-    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
         assert end <= start, f"{a} overlaps {b}"
 
 
@@ -169,7 +171,9 @@ def test_rerun_does_only_new_work(tiny_study, tmp_path):
     config["study"]["batch_sizes"] = [2, 4, 8]
     extra = tmp_path / "more.yaml"
     extra.write_text(yaml.safe_dump(config))
-    counts = job_counts(snakemake(tiny_study, "-n", "--cores", "2", "--configfile", str(extra)).stdout)
+    counts = job_counts(
+        snakemake(tiny_study, "-n", "--cores", "2", "--configfile", str(extra)).stdout
+    )
     assert counts["train"] == 3 * 2
     assert counts["complexity"] == 3
     assert "ceilings" not in counts and "env_info" not in counts

@@ -168,7 +168,9 @@ class Study:
                         f"{suggest(env, self.envs)}"
                     )
             return list(chosen)
-        return [e for e, spec in self.envs.items() if spec["device"] in ("auto", self.machine_device)]
+        return [
+            e for e, spec in self.envs.items() if spec["device"] in ("auto", self.machine_device)
+        ]
 
     def _check_precisions(self, env: str) -> None:
         device = self.device(env)
