@@ -1,0 +1,577 @@
+"""The timed training driver: run_train.py end to end, and dnnroofline.train's pure pieces.
+
+CPU runs use a tiny model (resnet18 at 32x32, batch 2) with OMP_NUM_THREADS=1.
+CUDA-only branches are marked ``cuda`` and skip without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dnnroofline import train
+from dnnroofline.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "workflow" / "scripts" / "run_train.py"
+TINY = ["--arch", "resnet18", "--batch-size", "2", "--image-size", "32"]
+SHORT = ["--warmup-iters", "1", "--iters", "3"]
+RUN_KEYS = {
+    "schema_version", "status", "message", "run_id", "env", "config", "start_time",
+    "end_time", "step_time_s", "data_wait_s", "compute_s", "images_per_s", "wall_s",
+    "user_s", "sys_s", "max_rss_bytes", "peak_device_memory_bytes", "device_name",
+}  # fmt: skip
+CONFIG_KEYS = {
+    "arch", "batch_size", "image_size", "warmup_iters", "iters", "precision", "backend",
+    "device", "channels_last", "compile", "cudnn_benchmark", "data", "workers",
+    "pin_memory", "threads", "optimizer",
+}  # fmt: skip
+TIMING_KEYS = ("step_time_s", "data_wait_s", "compute_s", "images_per_s")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+
+
+def run_cli(tmp_path, *args, threads="1", preexec_fn=None, name="run.json"):
+    out = tmp_path / name
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = threads
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=preexec_fn,
+        timeout=300,
+    )
+    record = json.loads(out.read_text()) if out.exists() else None
+    return proc, record
+
+
+def assert_ok_timings(rec, iters, batch):
+    assert rec["status"] == "ok", rec["message"]
+    assert rec["message"] is None
+    step = rec["step_time_s"]
+    assert len(step["all"]) == iters
+    assert step["p5"] <= step["median"] <= step["p95"]
+    assert step["min"] > 0
+    assert rec["images_per_s"] == pytest.approx(batch / step["median"], rel=1e-12)
+    assert len(rec["data_wait_s"]["all"]) == iters
+    # Step = data wait + compute, every step.
+    total = rec["data_wait_s"]["total"] + rec["compute_s"]["total"]
+    assert total == pytest.approx(sum(step["all"]), rel=1e-9)
+    assert rec["start_time"] < rec["end_time"]
+    assert rec["wall_s"] >= sum(step["all"])
+
+
+# --------------------------------------------------------------------------- CLI, CPU
+
+
+def test_cli_synthetic_run_follows_contract(tmp_path):
+    proc, rec = run_cli(
+        tmp_path, *TINY, *SHORT, "--backend", "cpu", "--synthetic", "--env", "local",
+        "--run-id", "local_resnet18_fp32_bs2_run1", "--expect-threads", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert rec.keys() >= RUN_KEYS
+    assert rec["config"].keys() >= CONFIG_KEYS
+    assert_ok_timings(rec, iters=3, batch=2)
+    assert rec["threads"] == 1 and rec["config"]["threads"] == 1
+    assert rec["config"]["backend"] == "cpu" and rec["config"]["data"] == "synthetic"
+    assert rec["config"]["optimizer"] == {
+        "name": "SGD", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4,
+    }  # fmt: skip
+    assert (rec["env"], rec["run_id"]) == ("local", "local_resnet18_fp32_bs2_run1")
+    assert rec["timer"] == "perf_counter"
+    assert rec["numerics"]["autocast_dtype"] is None
+    assert rec["numerics"]["cuda_matmul_allow_tf32"] is False
+    assert rec["peak_device_memory_bytes"] is None
+    assert rec["max_rss_bytes"] > 100e6  # a torch process; ru_maxrss KiB scaled to bytes
+    assert rec["user_s"] > 0
+    assert rec["device_name"]
+    # Synthetic data lives on the device: no loader, the wait is only the clock reads.
+    assert rec["data_wait_s"]["median"] < 1e-3
+    # Progress went to stderr; nothing but the JSON file was left in the folder.
+    assert "warm-up" in proc.stderr and "images/s" in proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_cli_bf16_on_cpu_runs(tmp_path):
+    proc, rec = run_cli(tmp_path, *TINY, *SHORT, "--backend", "cpu", "--precision", "bf16")
+    assert proc.returncode == 0, proc.stderr
+    assert_ok_timings(rec, iters=3, batch=2)
+    assert rec["config"]["precision"] == "bf16"
+    assert rec["numerics"]["autocast_dtype"] == "bfloat16"
+    assert rec["numerics"]["grad_scaler"] is False
+
+
+@pytest.mark.parametrize("precision", ["amp", "tf32"])
+def test_precision_unsupported_on_cpu_is_refused(tmp_path, capsys, precision):
+    out = tmp_path / "run.json"
+    argv = [*TINY, "--backend", "cpu", "--precision", precision, "--out", str(out)]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--precision '{precision}'" in err and "backend 'cpu'" in err
+    assert not out.exists()
+
+
+def test_cli_amp_on_cpu_exits_2(tmp_path):
+    proc, rec = run_cli(tmp_path, *TINY, "--backend", "cpu", "--precision", "amp")
+    assert proc.returncode == 2
+    assert "amp" in proc.stderr and "cpu" in proc.stderr
+    assert rec is None
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("imagenet")
+    gen = torch.Generator().manual_seed(0)
+    for cls, ext in (("cat", "jpg"), ("dog", "png")):
+        (root / "train" / cls).mkdir(parents=True)
+        for i in range(4):
+            pixels = torch.randint(0, 256, (40, 48, 3), dtype=torch.uint8, generator=gen)
+            Image.fromarray(pixels.numpy()).save(root / "train" / cls / f"{i}.{ext}")
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_cli_image_folder_records_data_wait(tmp_path, image_folder, workers):
+    # 8 images in batches of 2: 4 batches per epoch, so 7 steps cycle the loader.
+    proc, rec = run_cli(
+        tmp_path, *TINY, "--warmup-iters", "1", "--iters", "6", "--backend", "cpu",
+        "--data", str(image_folder), "--workers", str(workers), "--channels-last",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert_ok_timings(rec, iters=6, batch=2)
+    assert rec["config"]["data"] == str(image_folder)
+    assert rec["config"]["workers"] == workers
+    assert rec["config"]["channels_last"] is True
+    assert rec["dataset_images"] == 8
+    # Decoding, cropping and collating 2 images takes far more than the clock reads.
+    assert rec["data_wait_s"]["median"] > 5e-5
+    assert all(w > 0 for w in rec["data_wait_s"]["all"])
+
+
+def test_cli_model_that_rejects_the_image_size_records_error(tmp_path):
+    args = ["--arch", "inception_v3", "--batch-size", "2", "--image-size", "32", *SHORT]
+    proc, rec = run_cli(tmp_path, *args, "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert rec["status"] == "error"
+    assert rec["message"].startswith("RuntimeError: ")
+    assert "size" in rec["message"]
+    for key in TIMING_KEYS:
+        assert rec[key] is None
+    assert rec["config"]["arch"] == "inception_v3"
+    assert rec["start_time"] < rec["end_time"]
+
+
+def _vm_peak_after_import() -> int:
+    code = (
+        "import torch, torchvision\n"
+        "for line in open('/proc/self/status'):\n"
+        "    if line.startswith('VmPeak:'): print(int(line.split()[1]) * 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
+def test_cli_real_oom_under_address_space_limit(tmp_path):
+    import resource
+
+    # Address space for the interpreter and torch, plus 0.75 GiB. The model (47 MB) and
+    # the batch (154 MB of images) fit; the first conv's output (822 MB) cannot.
+    limit = _vm_peak_after_import() + int(0.75 * 2**30)
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    args = ["--arch", "resnet18", "--batch-size", "256", "--image-size", "224"]
+    proc, rec = run_cli(
+        tmp_path, *args, "--warmup-iters", "1", "--iters", "1", "--backend", "cpu",
+        preexec_fn=limit_memory,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert rec["status"] == "oom", rec["message"]
+    assert "allocate" in rec["message"]
+    for key in TIMING_KEYS:
+        assert rec[key] is None
+
+
+def test_cli_thread_mismatch_is_refused(tmp_path):
+    proc, rec = run_cli(tmp_path, *TINY, "--backend", "cpu", "--expect-threads", "2", threads="1")
+    assert proc.returncode == 2
+    assert "env declares 2 threads but this job got 1 (OMP_NUM_THREADS=1)" in proc.stderr
+    assert "--cores >= 2" in proc.stderr
+    assert rec is None
+
+
+def test_cli_unknown_arch_suggests_close_names(tmp_path):
+    proc, rec = run_cli(tmp_path, "--arch", "resnet5", "--batch-size", "2")
+    assert proc.returncode == 2
+    assert "--arch 'resnet5'" in proc.stderr and "resnet50" in proc.stderr
+    assert rec is None
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--batch-size", "0"], "--batch-size 0"),
+        (["--batch-size", "-3"], "--batch-size -3"),
+        (["--batch-size", "2", "--iters", "0"], "--iters 0"),
+        (["--batch-size", "2", "--data", "/no/such/dir"], "--data '/no/such/dir'"),
+        (["--batch-size", "2", "--precision", "fp8"], "--precision 'fp8'"),
+        (["--batch-size", "2", "--backend", "tpu"], "--backend 'tpu'"),
+    ],
+)
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, args, expected):
+    out = tmp_path / "run.json"
+    assert train.main(["--arch", "resnet18", *args, "--out", str(out)]) == 2
+    assert expected in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_data_dir_without_train_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    argv = [*TINY, "--backend", "cpu", "--data", str(tmp_path), "--out", str(out)]
+    assert train.main(argv) == 2
+    assert "train/" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+@pytest.mark.parametrize(
+    ("precision", "backend", "autocast", "scaler", "tf32", "matmul"),
+    [
+        ("fp32", "cpu", None, False, False, "highest"),
+        ("bf16", "cpu", "bfloat16", False, False, "highest"),
+        ("fp32", "cuda", None, False, False, "highest"),
+        ("tf32", "cuda", None, False, True, "high"),
+        ("amp", "cuda", "float16", True, False, "highest"),
+        ("bf16", "cuda", "bfloat16", False, False, "highest"),
+        ("fp32", "mps", None, False, False, "highest"),
+    ],
+)
+def test_precision_settings(precision, backend, autocast, scaler, tf32, matmul):
+    s = train.precision_settings(precision, backend)
+    assert (s.autocast_dtype, s.grad_scaler, s.allow_tf32, s.matmul_precision) == (
+        autocast, scaler, tf32, matmul,
+    )  # fmt: skip
+    assert precision in train.SUPPORTED_PRECISIONS[backend]
+
+
+@pytest.mark.parametrize(
+    ("precision", "backend"),
+    [("tf32", "cpu"), ("amp", "cpu"), ("tf32", "mps"), ("amp", "mps"), ("bf16", "mps")],
+)
+def test_unsupported_precision_names_precision_and_backend(precision, backend):
+    assert precision not in train.SUPPORTED_PRECISIONS[backend]
+    with pytest.raises(InputError, match=f"'{precision}'.*backend '{backend}'"):
+        train.precision_settings(precision, backend)
+
+
+def test_supported_precisions_table_is_complete():
+    assert set(train.SUPPORTED_PRECISIONS) == set(train.BACKENDS)
+    for backend, precisions in train.SUPPORTED_PRECISIONS.items():
+        assert "fp32" in precisions, backend
+        assert set(precisions) <= set(train.PRECISIONS)
+
+
+@pytest.fixture
+def restore_numerics():
+    saved = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    yield
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cuda.matmul.allow_tf32 = saved[1]
+    torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+def test_apply_precision_sets_and_clears_tf32(restore_numerics):
+    on = train.apply_precision(train.precision_settings("tf32", "cuda"))
+    assert on["cuda_matmul_allow_tf32"] and on["cudnn_allow_tf32"]
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    off = train.apply_precision(train.precision_settings("fp32", "cuda"))
+    assert not off["cuda_matmul_allow_tf32"] and not off["cudnn_allow_tf32"]
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_autocast_factory():
+    assert train.autocast_factory(train.precision_settings("fp32", "cpu")) is None
+    factory = train.autocast_factory(train.precision_settings("bf16", "cpu"))
+    with factory():
+        y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert y.dtype == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.parametrize(
+    ("requested", "cuda_ok", "mps_ok", "expected"),
+    [
+        ("auto", True, True, "cuda"),
+        ("auto", False, True, "mps"),
+        ("auto", False, False, "cpu"),
+        ("cpu", True, True, "cpu"),
+        ("cuda", True, False, "cuda"),
+        ("mps", False, True, "mps"),
+    ],
+)
+def test_resolve_backend(requested, cuda_ok, mps_ok, expected):
+    got = train.resolve_backend(requested, cuda_available=cuda_ok, mps_available=mps_ok)
+    assert got == expected
+
+
+@pytest.mark.parametrize("requested", ["cuda", "mps"])
+def test_resolve_backend_refuses_missing_device(requested):
+    with pytest.raises(InputError, match=f"--backend '{requested}'"):
+        train.resolve_backend(requested, cuda_available=False, mps_available=False)
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
+        (RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"), "oom"),
+        (
+            RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                "memory: you tried to allocate 3288334336 bytes. Error code 12"
+            ),
+            "oom",
+        ),
+        (RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"), "oom"),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"), "oom"),
+        (MemoryError(), "oom"),
+        (RuntimeError("Kernel size can't be greater than actual input size"), "error"),
+        (ValueError("out of memory"), "error"),  # not an allocator error type
+        (KeyError("x"), "error"),
+    ],
+)
+def test_failure_classification(exc, status):
+    got_status, message = train.failure_status(exc)
+    assert got_status == status
+    assert message.startswith(f"{type(exc).__name__}")
+    assert train.is_oom(exc) == (status == "oom")
+
+
+def test_failure_message_is_type_colon_message():
+    assert train.failure_status(RuntimeError("boom")) == ("error", "RuntimeError: boom")
+
+
+def test_suggest_archs():
+    names = train.known_archs()
+    assert "resnet50" in names and "mobilenet_v2" in names
+    assert train.suggest_archs("resnet5", names)[0] == "resnet50"
+    assert "mobilenet_v2" in train.suggest_archs("mobilenetv2", names)
+    assert train.suggest_archs("zzzzzz", names) == []
+    with pytest.raises(InputError, match="did you mean resnet50"):
+        train.check_arch("resnet5", names)
+    train.check_arch("resnet18", names)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, None), ("", None), ("4", 4), (" 2 ", 2), ("3,1", 3)]
+)
+def test_parse_omp_threads(value, expected):
+    assert train.parse_omp_threads(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_parse_omp_threads_rejects_garbage(value):
+    with pytest.raises(InputError, match="OMP_NUM_THREADS"):
+        train.parse_omp_threads(value)
+
+
+def test_check_threads():
+    train.check_threads(None, 7, None)
+    train.check_threads(2, 2, "2")
+    with pytest.raises(InputError, match=r"declares 4 threads but this job got 1 \(OMP_NUM"):
+        train.check_threads(4, 1, "1")
+    with pytest.raises(InputError, match="OMP_NUM_THREADS unset"):
+        train.check_threads(4, 1, None)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _resolved(**overrides):
+    cfg = train.TrainConfig(arch="resnet18", batch_size=2, image_size=32, backend="cpu")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return train.Resolved(
+        cfg=cfg,
+        backend="cpu",
+        device="cpu",
+        threads=torch.get_num_threads(),
+        settings=train.precision_settings(cfg.precision, "cpu"),
+    )
+
+
+def test_timed_loop_splits_data_wait_from_compute():
+    calls = {"batch": 0, "step": 0}
+
+    def next_batch():
+        calls["batch"] += 1
+        time.sleep(0.004)
+        return None, None
+
+    def step(_x, _y):
+        calls["step"] += 1
+        time.sleep(0.008)
+
+    setup = train.Setup(
+        resolved=_resolved(), model=None, optimizer=None, step=step,
+        next_batch=next_batch, numerics={},
+    )  # fmt: skip
+    times = train.timed_loop(setup, warmup_iters=2, iters=5)
+    assert calls == {"batch": 7, "step": 7}
+    assert len(times.step_s) == len(times.data_wait_s) == len(times.compute_s) == 5
+    assert min(times.data_wait_s) >= 0.004 and max(times.data_wait_s) < 0.008 + 0.05
+    assert min(times.compute_s) >= 0.008
+    for s, d, c in zip(times.step_s, times.data_wait_s, times.compute_s, strict=True):
+        assert s == pytest.approx(d + c)
+    assert sum(times.step_s) == pytest.approx(times.timed_wall_s)
+    assert times.warmup_s >= 2 * 0.012
+    assert times.timer == "perf_counter"
+
+
+def test_make_step_trains_and_clears_grads():
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    before = model.weight.detach().clone()
+    step = train.make_step(model, train._loss_fn(torch.nn.CrossEntropyLoss()), opt, None)
+    step(torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1]))
+    assert not torch.equal(before, model.weight)
+    assert model.weight.grad is None  # zero_grad(set_to_none=True)
+
+
+def test_loss_handles_aux_logit_outputs():
+    loss = train._loss_fn(torch.nn.CrossEntropyLoss(reduction="sum"))
+    logits, aux = torch.randn(2, 3), torch.randn(2, 3)
+    y = torch.tensor([0, 2])
+    ce = torch.nn.CrossEntropyLoss(reduction="sum")
+    expected = ce(logits, y) + 0.4 * ce(aux, y)
+    assert torch.allclose(loss((logits, aux, None), y), expected)
+    assert torch.allclose(loss(logits, y), ce(logits, y))
+
+
+def test_run_profile_step_on_cpu_times_one_step(monkeypatch):
+    def forbidden():
+        raise AssertionError("cudaProfilerStart must not be called off CUDA")
+
+    monkeypatch.setattr(torch.cuda.profiler, "start", forbidden)
+    rec = train.run(_resolved(profile_step=True, warmup_iters=1, iters=5), progress=None)
+    assert rec["status"] == "ok", rec["message"]
+    assert rec["config"]["iters"] == 1 and rec["config"]["profile_step"] is True
+    assert len(rec["step_time_s"]["all"]) == 1
+
+
+def test_run_records_oom_raised_inside_the_step(monkeypatch):
+    def oom_step(*_args, **_kwargs):
+        def step(_x, _y):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+        return step
+
+    monkeypatch.setattr(train, "make_step", oom_step)
+    rec = train.run(_resolved(), progress=None)
+    assert rec["status"] == "oom"
+    assert rec["message"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB"
+    for key in TIMING_KEYS:
+        assert rec[key] is None
+    json.dumps(rec, allow_nan=False)  # still a valid run record
+
+
+# --------------------------------------------------------------------------- CUDA only
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize(
+    ("precision", "autocast", "scaler", "tf32"),
+    [
+        ("fp32", None, False, False),
+        ("tf32", None, False, True),
+        ("amp", "float16", True, False),
+        ("bf16", "bfloat16", False, False),
+    ],
+)
+def test_cuda_run_with_events(tmp_path, precision, autocast, scaler, tf32):
+    major, _ = torch.cuda.get_device_capability()
+    if precision in ("tf32", "bf16") and major < 8:
+        pytest.skip(f"{precision} needs compute capability >= 8.0")
+    proc, rec = run_cli(
+        tmp_path, *TINY, "--warmup-iters", "2", "--iters", "5", "--backend", "cuda",
+        "--precision", precision, "--cudnn-benchmark", "--channels-last",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert_ok_timings(rec, iters=5, batch=2)
+    assert rec["timer"] == "cuda_events"
+    assert rec["config"]["device"].startswith("cuda")
+    assert rec["numerics"]["autocast_dtype"] == autocast
+    assert rec["numerics"]["grad_scaler"] is scaler
+    assert rec["numerics"]["cuda_matmul_allow_tf32"] is tf32
+    assert rec["numerics"]["cudnn_allow_tf32"] is tf32
+    assert rec["numerics"]["cudnn_benchmark"] is True
+    assert rec["peak_device_memory_bytes"] > 0
+    assert rec["device_name"] == torch.cuda.get_device_name(0)
+    # GPU-timeline steps add up to the host-timed region (one sync at its end).
+    region = rec["timed_region"]
+    assert region["steps_sum_s"] <= region["wall_s"] * 1.01 + 1e-4
+    assert region["steps_sum_s"] >= 0.5 * region["wall_s"]
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_profile_step_brackets_one_step_with_the_profiler(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    cfg = train.TrainConfig(
+        arch="resnet18", batch_size=2, image_size=32, warmup_iters=1, iters=5,
+        backend="cuda", profile_step=True,
+    )  # fmt: skip
+    rec = train.run(train.validate(cfg), progress=None)
+    assert rec["status"] == "ok", rec["message"]
+    assert calls == ["start", "stop"]
+    assert len(rec["step_time_s"]["all"]) == 1
+    assert rec["timer"] == "cuda_events"
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_oom_is_recorded(tmp_path):
+    free, _total = torch.cuda.mem_get_info()
+    # A batch whose images alone exceed the free device memory.
+    batch = int(free / (3 * 512 * 512 * 4)) + 1
+    args = ["--arch", "resnet18", "--batch-size", str(batch), "--image-size", "512"]
+    proc, rec = run_cli(tmp_path, *args, "--warmup-iters", "1", "--iters", "1", "--backend", "cuda")
+    assert proc.returncode == 0, proc.stderr
+    assert rec["status"] == "oom", rec["message"]
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DNNROOFLINE_SLOW_TESTS"),
+    reason="torch.compile takes about a minute on 2 cores; set DNNROOFLINE_SLOW_TESTS=1",
+)
+def test_cli_compile_stays_in_warmup(tmp_path):
+    proc, rec = run_cli(tmp_path, *TINY, "--warmup-iters", "2", "--iters", "3", "--compile")
+    assert proc.returncode == 0, proc.stderr
+    assert_ok_timings(rec, iters=3, batch=2)
+    assert rec["config"]["compile"] is True
+    # Compilation (tens of seconds) happened in the warm-up, not in the timed steps.
+    assert rec["warmup_s"] > 5 * rec["step_time_s"]["max"]

@@ -1,0 +1,18 @@
+"""One timed training run: parse arguments, run, write the run JSON atomically.
+
+    python workflow/scripts/run_train.py --arch resnet50 --batch-size 32 --image-size 224 \
+        --warmup-iters 5 --iters 20 --precision fp32 --backend auto --synthetic --out run.json
+
+Exit 0 when the JSON was written (status ok, oom or error), 2 for bad arguments (nothing
+written). The logic lives in ``dnnroofline.train``.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dnnroofline.train import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
