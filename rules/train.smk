@@ -19,8 +19,9 @@ rule train:
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         iters=config["study"]["iters"],
+        declared_threads=lambda w: STUDY.threads(w.menv),
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
-        "--iters {params.iters} --env {wildcards.menv} --expect-threads {threads} "
+        "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_run{wildcards.run} "
         "--out {output} > {log} 2>&1"

@@ -16,18 +16,21 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 
-# Precisions each backend can train in. fp32 means TF32 off; tf32 and amp
-# (fp16 autocast + GradScaler) need NVIDIA tensor cores; bf16 autocast runs on
-# CPU and CUDA.
+# Precisions each backend can train in: the one table that config validation and
+# the driver both use. fp32 means TF32 off; tf32 and amp (fp16 autocast +
+# GradScaler) need NVIDIA tensor cores; bf16 autocast runs on CPU and CUDA. MPS
+# autocast is not validated by this driver yet, so MPS trains in fp32 only.
 SUPPORTED_PRECISIONS: dict[str, tuple[str, ...]] = {
     "cpu": ("fp32", "bf16"),
     "cuda": ("fp32", "tf32", "amp", "bf16"),
-    "mps": ("fp32", "amp", "bf16"),
+    "mps": ("fp32",),
 }
 UNSUPPORTED_REASON = {
     ("cpu", "tf32"): "TF32 is an NVIDIA tensor-core mode",
-    ("cpu", "amp"): "amp is fp16 autocast with GradScaler, which needs a GPU",
+    ("cpu", "amp"): "amp is fp16 autocast with GradScaler, which this driver runs on CUDA only",
     ("mps", "tf32"): "TF32 is an NVIDIA tensor-core mode",
+    ("mps", "amp"): "fp16 autocast with GradScaler on MPS is not supported by this driver",
+    ("mps", "bf16"): "bf16 autocast on MPS is not supported by this driver",
 }
 
 
