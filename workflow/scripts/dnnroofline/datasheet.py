@@ -214,7 +214,7 @@ def lookup_gpu(name: str | None) -> GpuPeaks | None:
 # below the turbo clock: the peak is then low and a measured point may exceed it
 # (flagged, never hidden).
 
-CPU_CITATION_BASE = "derived: cores x clock x FLOP/cycle/core (DESIGN.md, Ceilings)"
+CPU_CITATION_BASE = "derived: cores x clock x FLOP/cycle/core (README, Method: Ceilings)"
 
 
 @dataclass(frozen=True)

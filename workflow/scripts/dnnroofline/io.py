@@ -22,6 +22,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp makes the file 0600; give it the mode a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp_path.chmod(0o666 & ~umask)
     try:
         yield tmp_path
         os.replace(tmp_path, target)

@@ -11,7 +11,7 @@ Accepted input (any ncu CSV a user is likely to have):
 Before the header there may be a UTF-8 byte-order mark, ``==PROF==`` /
 ``==WARNING==`` lines and the application's own stdout; all are skipped.
 
-Method (see DESIGN.md, "ncu"):
+Method (see README, "NVIDIA GPUs and Nsight Compute"):
 
 * Units are parsed per value and are decimal: 1 Kbyte = 1,000 bytes. Times go to
   seconds, rates to "per second". Scaling is done in :class:`decimal.Decimal`, so

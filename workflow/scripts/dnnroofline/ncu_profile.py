@@ -1,7 +1,7 @@
 """The ncu stage, pure part: the metric set per GPU, the ncu command line, and
 what an ncu failure means.
 
-How the step is captured (DESIGN.md, "ncu"): the driver (``run_train.py
+How the step is captured (README, "NVIDIA GPUs and Nsight Compute"): the driver (``run_train.py
 --profile-step``) warms up, then brackets exactly one training step (forward,
 backward, optimizer) with ``torch.cuda.profiler.start()/stop()``, and ncu runs
 with ``--profile-from-start off``. Every kernel of every CPU thread between start

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. Units: FLOP, bytes, seconds; FLOP/s and bytes/s.
 
-Definitions (DESIGN.md, "AI and attained performance" and "Ceilings"):
+Definitions (README, "Method"):
 
 - arithmetic intensity  ``ai = flop_per_step / bytes_per_step``      (FLOP/byte)
 - attained performance  ``attained = flop_per_step / median_step_s`` (FLOP/s)

@@ -4,7 +4,7 @@
 without Snakemake; the benchmark ``benchmarks/bench_driver_overhead.py`` calls
 :func:`build` and :func:`timed_loop`, the same code path as the command line.
 
-Method (see DESIGN.md, "Measurement method"):
+Method (see README, "Method"):
 
 - ``warmup_iters`` untimed steps first (cuDNN autotuning, allocator growth and
   ``torch.compile`` stay out of the numbers), then ``iters`` timed steps.
