@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+
 from dnnroofline.io import atomic_path, read_json, write_json_atomic
 
 

@@ -65,6 +65,10 @@ def test_lint_snakefmt_ruff_clean():
     assert fmt.returncode == 0, fmt.stderr.decode()
     ruff = subprocess.run([str(BIN / "ruff"), "check", "."], cwd=ROOT, capture_output=True)
     assert ruff.returncode == 0, ruff.stdout.decode()
+    ruff_fmt = subprocess.run(
+        [str(BIN / "ruff"), "format", "--check", "."], cwd=ROOT, capture_output=True
+    )
+    assert ruff_fmt.returncode == 0, ruff_fmt.stdout.decode()
 
 
 def test_dry_run_of_a_1000_run_matrix(tmp_path):
