@@ -548,4 +548,4 @@ def test_cli_aggregate_reports_a_broken_json(tmp_path):
     bad.write_text("{not json")
     res = run_script("aggregate_metrics.py", "--runs", bad, "--out", tmp_path / "m.csv")
     assert res.returncode == 2
-    assert "broken.json: cannot read JSON" in res.stderr
+    assert "broken.json: not valid JSON (line 1" in res.stderr

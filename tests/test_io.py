@@ -33,3 +33,14 @@ def test_nan_is_refused_not_written(tmp_path):
     with pytest.raises(ValueError):
         write_json_atomic(target, {"x": float("nan")})
     assert not target.exists()
+
+
+def test_read_json_names_the_file_and_line(tmp_path):
+    from dnnroofline.errors import InputError
+
+    bad = tmp_path / "run.json"
+    bad.write_text('{\n  "status": "ok",\n  "x": \n}')
+    with pytest.raises(InputError, match=r"run.json: not valid JSON \(line 4"):
+        read_json(bad)
+    with pytest.raises(InputError, match=r"missing.json: cannot read"):
+        read_json(tmp_path / "missing.json")

@@ -12,19 +12,11 @@ config, never from its file name.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from dnnroofline.aggregate import metrics_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-
-
-def load_json(path: str):
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="metrics CSV to write")
     args = ap.parse_args(argv)
     try:
-        runs = [load_json(p) for p in args.runs]
+        runs = [read_json(p) for p in args.runs]
         df = metrics_frame(runs, sources=args.runs)
     except InputError as exc:
         print(f"aggregate_metrics: error: {exc}", file=sys.stderr)

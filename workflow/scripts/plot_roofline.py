@@ -12,7 +12,6 @@ whose ceilings are given (each point's env must be among them).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import pandas as pd
@@ -21,13 +20,6 @@ from dnnroofline.aggregate import POINTS_DTYPES, key_ceilings
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 from dnnroofline.plots import plot_roofline
-
-
-def load_json(path: str):
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
-        ceilings, sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
+        ceilings, sources = key_ceilings((p, read_json(p)) for p in args.ceilings)
         if args.env is not None:
             if args.env not in ceilings:
                 raise InputError(

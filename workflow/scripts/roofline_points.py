@@ -16,7 +16,6 @@ file that matches no group is reported and ignored.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -34,13 +33,6 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 
 
-def load_json(path: str):
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
-
-
 def read_metrics(path: str) -> pd.DataFrame:
     try:
         return pd.read_csv(path, dtype=METRICS_DTYPES)
@@ -50,8 +42,8 @@ def read_metrics(path: str) -> pd.DataFrame:
 
 def build(args: argparse.Namespace) -> pd.DataFrame:
     metrics = read_metrics(args.metrics)
-    complexity = key_complexity((p, load_json(p)) for p in args.complexity)
-    ceilings, ceilings_sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
+    complexity = key_complexity((p, read_json(p)) for p in args.complexity)
+    ceilings, ceilings_sources = key_ceilings((p, read_json(p)) for p in args.ceilings)
     groups = [tuple(k) for k in metrics[GROUP_KEYS].drop_duplicates().itertuples(index=False)]
     by_stem = {Path(p).name.removesuffix(".json"): p for p in args.ncu}
     matched, unmatched = match_ncu_stems(by_stem, groups)
@@ -60,7 +52,7 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
             f"roofline_points: warning: {by_stem[stem]} matches no run group; ignored",
             file=sys.stderr,
         )
-    ncu = {key: load_json(by_stem[stem]) for stem, key in matched.items()}
+    ncu = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
     ncu_sources = {key: by_stem[stem] for stem, key in matched.items()}
     return roofline_points_frame(
         metrics,
