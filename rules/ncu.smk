@@ -1,14 +1,21 @@
 # Nsight Compute: one whole training step (backward and optimizer included) per
 # (env, model, precision, batch) on CUDA envs. Counts come from here; durations
 # come from the uninstrumented runs, since ncu serializes and replays kernels.
+# Target functions (ncu_targets) live in ncu_common.smk.
+
+
+include: "ncu_common.smk"
 
 
 rule ncu:
     input:
-        "results/{menv}/env_info.json",
+        # ancient: a re-taken fingerprint never re-runs finished profiles (as in train.smk)
+        ancient("results/{menv}/env_info.json"),
     output:
         csv="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.csv",
         json="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.json",
+        # the driver's own run JSON of the profiled step (not a timing: it ran under ncu)
+        driver_run="results/{menv}/ncu/driver/{menv}_{model}_{precision}_bs{batch}.json",
     log:
         "results/{menv}/logs/ncu/{menv}_{model}_{precision}_bs{batch}.log",
     benchmark:
@@ -24,7 +31,89 @@ rule ncu:
         args=run_args,
         ncu=ncu_settings.get("executable", "ncu"),
         warmup=ncu_settings.get("warmup_iters", 3),
+        declared_threads=lambda w: STUDY.threads(w.menv),
     shell:
         "python {params.script} --ncu {params.ncu} --env-info {input} --csv-out {output.csv} "
-        "--json-out {output.json} -- python {params.driver} {params.args} "
-        "--warmup-iters {params.warmup} --iters 1 > {log} 2>&1"
+        "--json-out {output.json} --driver-run-out {output.driver_run} "
+        "-- python {params.driver} {params.args} "
+        "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} --env-info {input} "
+        "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_ncu "
+        "--expect-threads {params.declared_threads} > {log} 2>&1"
+
+
+# What the ncu counters add to the roofline: per config, the kernels on the DRAM
+# roofline and the step against its L1/L2/DRAM bytes; for the report, the
+# analytic FLOPs and bytes checked against ncu's.
+
+
+rule plot_kernel_roofline:
+    input:
+        ncu="results/{env}/ncu/{env}_{model}_{precision}_bs{batch}.json",
+        ceilings="results/{env}/ceilings.json",
+    output:
+        png=report(
+            "results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.png",
+            caption="../report/roofline_kernels.rst",
+            category="4. Roofline",
+            labels={"figure": "kernels {env} {model} {precision} bs{batch}"},
+        ),
+        svg="results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.svg",
+    log:
+        "results/logs/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_kernel_roofline.py"),
+    shell:
+        "python {params.script} --kind kernels --ncu {input.ncu} --ceilings {input.ceilings} "
+        "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
+        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1"
+
+
+rule plot_hierarchical_roofline:
+    input:
+        ncu="results/{env}/ncu/{env}_{model}_{precision}_bs{batch}.json",
+        ceilings="results/{env}/ceilings.json",
+        points="results/roofline_points.csv",
+    output:
+        png=report(
+            "results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.png",
+            caption="../report/roofline_hierarchical.rst",
+            category="4. Roofline",
+            labels={"figure": "hierarchical {env} {model} {precision} bs{batch}"},
+        ),
+        svg="results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.svg",
+    log:
+        "results/logs/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_kernel_roofline.py"),
+    shell:
+        "python {params.script} --kind hierarchical --ncu {input.ncu} "
+        "--ceilings {input.ceilings} --points {input.points} "
+        "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
+        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1"
+
+
+rule ncu_vs_analytic:
+    input:
+        ncu=ncu_files(),
+        complexity=complexity_files(),
+    output:
+        report(
+            "results/report_sections/ncu_vs_analytic.html",
+            caption="../report/ncu_vs_analytic.rst",
+            category="4. Roofline",
+            labels={"section": "ncu vs analytic"},
+        ),
+    log:
+        "results/logs/ncu_vs_analytic.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("write_ncu_comparison.py"),
+        envs=ENVS,
+    shell:
+        "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
+        "--envs {params.envs} --out {output} > {log} 2>&1"

@@ -570,3 +570,30 @@ def test_stage_with_a_relative_ncu_path(tmp_path, fake_ncu):
     assert r["status"] == "ok", r["message"]
     assert r["ncu"]["executable"] == str(fake_ncu)
     assert r["ncu"]["metric_query"]["ok"] is False  # an empty list: the full set is used
+
+
+def test_stage_keeps_the_driver_run_json(tmp_path, fake_ncu):
+    kept = tmp_path / "results" / "gpu" / "ncu" / "driver" / "gpu_resnet50_bf16_bs32.json"
+    p, r, _ = run_stage(
+        tmp_path,
+        fake_ncu,
+        "--no-query",
+        "--compute-capability",
+        "9.0",
+        "--driver-run-out",
+        str(kept),
+        mode="oom",
+    )
+    assert p.returncode == 0, p.stdout
+    assert json.loads(kept.read_text()) == {"status": "oom", "message": "CUDA out of memory"}
+    # The driver still writes to a scratch file, not to the kept path itself.
+    (prof,) = calls(tmp_path)
+    assert str(kept) not in prof
+
+
+def test_stage_without_ncu_says_why_there_is_no_driver_run(tmp_path):
+    kept = tmp_path / "driver.json"
+    p, r, _ = run_stage(tmp_path, "/nonexistent/ncu", "--driver-run-out", str(kept))
+    assert p.returncode == 0 and r["status"] == "unavailable"
+    note = json.loads(kept.read_text())
+    assert note["status"] is None and "not found" in note["message"]

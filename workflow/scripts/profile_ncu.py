@@ -5,8 +5,12 @@
         -- python workflow/scripts/run_train.py --arch resnet50 --batch-size 32 ... --iters 1
 
 Everything after ``--`` is the driver command; ``--profile-step`` (and ``--out``
-to a scratch file) is added to it. The driver brackets one training step with
-torch.cuda.profiler.start()/stop(), and ncu runs with --profile-from-start off.
+to a scratch file) is added to it. With ``--driver-run-out PATH`` the driver's own
+run JSON of the profiled step (config, threads, status; its timings are under ncu,
+not a measurement) is kept there; when the driver never ran or wrote none, that
+file says why (``"status": null`` and a ``"message"``). The driver brackets one
+training step with torch.cuda.profiler.start()/stop(), and ncu runs with
+--profile-from-start off.
 
 This stage never fails the study for a machine that cannot be profiled: when
 ncu is missing, may not read the counters (ERR_NVGPUCTRPERM), or the driver
@@ -146,6 +150,22 @@ def read_driver_run(path: Path) -> dict | None:
     return {"status": run.get("status"), "message": run.get("message"), "config": run.get("config")}
 
 
+def write_driver_run(path: str | None, text: str | None, why: str) -> None:
+    """Keep the driver's run JSON at ``path``, or a note saying why there is none."""
+    if path is None:
+        return
+    if text is not None:
+        try:
+            run = json.loads(text)
+        except ValueError:
+            run = None
+        if isinstance(run, dict):
+            write_json_atomic(path, run)
+            return
+        why = "the driver's run JSON is not a JSON object"
+    write_json_atomic(path, {"status": None, "message": why, "profiled_step": True})
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -168,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="do not ask `ncu --query-metrics` which metrics this GPU supports",
     )
+    ap.add_argument(
+        "--driver-run-out",
+        help="where to keep the driver's run JSON of the profiled step (default: not kept)",
+    )
     ap.add_argument("--timeout", type=float, default=7200.0, help="seconds for the ncu run")
     ap.add_argument("--query-timeout", type=float, default=300.0)
     args = ap.parse_args(own)
@@ -189,10 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": None,
     }
 
+    driver_text: str | None = None  # the driver's run JSON, once it has written one
+
     def finish_failure(status: str, reason: str, message: str, csv_text: str) -> int:
         log(f"{status}: {message}")
         write_text_atomic(csv_out, csv_text)
         write_json_atomic(json_out, failure_json(csv_out, status, reason, message, info))
+        write_driver_run(
+            args.driver_run_out, driver_text, f"the driver wrote no run JSON: {status}: {message}"
+        )
         return 0
 
     exe = resolve_executable(args.ncu)
@@ -279,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             info["returncode"], info["wall_s"] = rc, round(wall, 3)
             logtext = read_text(log_file) if log_file.exists() else ""
             driver_run = read_driver_run(run_json)
+            driver_text = run_json.read_text() if run_json.exists() else None
         diag = diagnose_ncu_output(rc, logtext + "\n" + console, timed_out=timed_out)
         rejected = [m for m in metrics if base_name(m) in diag.unknown_metrics]
         if attempt == 2 or diag.reason != "unknown_metric" or not rejected:
@@ -344,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_text_atomic(csv_out, csv_text)
     write_json_atomic(json_out, result)
+    write_driver_run(args.driver_run_out, driver_text, "the driver wrote no run JSON")
     t = parsed["totals"]
     log(
         f"{status}: {t['kernels']} kernels, FLOP {t['flop']['total']}, "

@@ -1,0 +1,25 @@
+# Targets of the ncu rules (rules/ncu.smk): which configs have an ncu capture.
+
+
+def ncu_configs():
+    """Every config with an ncu capture: CUDA envs measured here, and captures
+    copied in from other machines (results/{env}/ncu/*.json of a copied env)."""
+    configs = STUDY.configs(STUDY.cuda_envs_measured())
+    for env in copied_envs():
+        by_key = {c.config_key: c for c in STUDY.configs([env])}
+        for path in sorted(glob.glob(f"results/{env}/ncu/*.json")):
+            key = os.path.basename(path).removesuffix(".json")
+            if key in by_key:
+                configs.append(by_key[key])
+    return configs
+
+
+def ncu_targets():
+    files = []
+    for c in ncu_configs():
+        for kind in ("kernels", "hierarchical"):
+            files += [
+                f"results/plots/kernels/roofline_{kind}_{c.config_key}.{ext}"
+                for ext in ("png", "svg")
+            ]
+    return files + ["results/report_sections/ncu_vs_analytic.html"]

@@ -1,0 +1,527 @@
+"""ncu plots of one configuration: the hierarchical roofline and the per-kernel roofline.
+
+Drawn with matplotlib (no pyplot state) and written as PNG and SVG atomically, like
+:mod:`dnnroofline.plots`. Artists carry ``gid`` attributes (SVG ``id``):
+
+- ``point-{env}-{model}-{precision}-bs{batch}-{level}``  the config's point at l1, l2, dram
+- ``hier-{env}-{model}-{precision}-bs{batch}``            the line joining its levels
+- ``kernel-{i}``                                          kernel ``i`` of ncu's ``kernels`` list
+- ``above-roof-...``                                      red ring: above its roof
+- ``roof-{env}-compute-{precision}-{source}``             compute roof
+- ``roof-{env}-memory-{level}-{source}``                  bandwidth roof (level dram, l2, l1)
+
+Measured roofs solid, datasheet roofs dashed. The data come from
+:mod:`dnnroofline.kernel_roofline`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from dnnroofline import roofline
+from dnnroofline.errors import InputError
+from dnnroofline.kernel_roofline import (
+    CACHE_LEVELS,
+    KERNEL_PATHS,
+    LEVEL_METRICS,
+    LEVEL_NAMES,
+    LEVELS,
+    PATH_LABELS,
+    TENSOR_PRECISIONS,
+    HierarchicalPoint,
+    KernelSet,
+    Roofs,
+    best,
+    compute_roofs_for,
+    envelope_at,
+    hierarchical_roof_at,
+    marker_area,
+    short_name,
+)
+from dnnroofline.plots import (
+    _RC,
+    ABOVE_ROOF_COLOR,
+    ABOVE_ROOF_LABEL,
+    AXIS_X,
+    LINESTYLES,
+    _gid,
+    precision_color,
+    save_figure,
+    si,
+)
+
+AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
+AXIS_Y_KERNEL = "Kernel performance (FLOP/s): ncu FLOPs / ncu kernel time"
+LEVEL_COLORS = {"l1": "tab:cyan", "l2": "tab:olive", "dram": "0.2"}
+LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
+PATH_COLORS = {"fp32": "tab:blue", "fp16": "tab:cyan", "fp64": "tab:brown"}
+#: Kernels labelled with their (short) name: the largest by time share.
+LABEL_TOP = 5
+
+
+def path_color(path: str, precision: str) -> str:
+    """Colour of a kernel's FLOP path; tensor kernels take the colour of the run's
+    tensor-core precision (its compute roof), fp32 runs' tensor kernels that of tf32."""
+    if path == "tensor":
+        return precision_color(precision if precision in TENSOR_PRECISIONS else "tf32")
+    return PATH_COLORS.get(path, "tab:gray")
+
+
+def _axes(fig: Figure, title: str, ylabel: str, xlim, ylim):
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(AXIS_X)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", color="0.88", linewidth=0.6)
+    ax.grid(True, which="minor", color="0.95", linewidth=0.4)
+    ax.set_axisbelow(True)
+    return ax
+
+
+def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tuple[float, float]]:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)] or [1.0]
+    ys = [y for y in ys if y and y > 0 and math.isfinite(y)] or [1.0]
+    xlo = 10 ** math.floor(math.log10(min(xs) / 4))
+    xhi = 10 ** math.ceil(math.log10(max(xs) * 4))
+    ylo = 10 ** math.floor(math.log10(min(ys) / 5))
+    yhi = 10 ** math.ceil(math.log10(max(ys) * 3))
+    return (xlo, xhi), (ylo, yhi)
+
+
+def _memory_roof(ax, env, level, source, bw, xlo, x_end, label, ylo):
+    ax.plot(
+        [xlo, x_end],
+        [xlo * bw, x_end * bw],
+        color=LEVEL_COLORS[level],
+        linestyle=LINESTYLES[source],
+        linewidth=1.4,
+        gid=_gid("roof", env, "memory", level, source),
+        zorder=2,
+    )
+    # label along the diagonal near its lower-left end: measured under, datasheet over
+    lx = max(xlo * 1.25, ylo * 2.5 / bw)
+    if lx < x_end / 3:
+        p0 = ax.transData.transform((lx, lx * bw))
+        p1 = ax.transData.transform((lx * 10, lx * 10 * bw))
+        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+        below = source == "measured"
+        ax.annotate(
+            label,
+            (lx, lx * bw),
+            xytext=(6, -9) if below else (2, 4),
+            textcoords="offset points",
+            rotation=angle,
+            rotation_mode="anchor",
+            fontsize=6.5,
+            color=LEVEL_COLORS[level],
+        )
+
+
+def _compute_roof(ax, env, prec, source, peak, x_start, xhi):
+    color = precision_color(prec)
+    ax.plot(
+        [x_start, xhi],
+        [peak, peak],
+        color=color,
+        linestyle=LINESTYLES[source],
+        linewidth=1.6,
+        gid=_gid("roof", env, "compute", prec, source),
+        zorder=2,
+    )
+    below = source == "measured"
+    ax.annotate(
+        f"{prec} {source}: {si(peak, 'FLOP/s')}",
+        (xhi, peak),
+        xytext=(-3, -3 if below else 2),
+        textcoords="offset points",
+        ha="right",
+        va="top" if below else "bottom",
+        fontsize=7,
+        color=color,
+    )
+
+
+def _ring(ax, x, y, gid):
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker="o",
+        markersize=15,
+        markerfacecolor="none",
+        markeredgecolor=ABOVE_ROOF_COLOR,
+        markeredgewidth=1.8,
+        gid=gid,
+        zorder=7,
+    )
+
+
+def _ring_handle():
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker="o",
+        markersize=11,
+        markerfacecolor="none",
+        markeredgecolor=ABOVE_ROOF_COLOR,
+        markeredgewidth=1.8,
+        label=ABOVE_ROOF_LABEL,
+    )
+
+
+def _legend(ax, sections: list[tuple[str, list]], labelspacing: float = 0.5):
+    handles, headers = [], []
+    for title, items in sections:
+        if not items:
+            continue
+        headers.append(len(handles))
+        handles.append(Patch(visible=False, label=title))
+        handles.extend(items)
+    leg = ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=7.5,
+        frameon=False,
+        handlelength=2.4,
+        labelspacing=labelspacing,
+    )
+    for i, text in enumerate(leg.get_texts()):
+        if i in headers:
+            text.set_fontweight("bold")
+
+
+def _note(text: str) -> Line2D:
+    """A legend line with no handle: a remark."""
+    return Line2D([], [], linestyle="none", marker="", label=text)
+
+
+def _message(ax, text: str):
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        color="0.35",
+        fontsize=9,
+        wrap=True,
+    )
+
+
+# --------------------------------------------------------------------------- hierarchical
+
+
+def plot_hierarchical(
+    point: HierarchicalPoint,
+    roofs: Roofs,
+    out_png: str | os.PathLike | None,
+    out_svg: str | os.PathLike | None,
+    title: str | None = None,
+) -> dict:
+    """The config's point at its L1, L2 and DRAM arithmetic intensities, one attained
+    FLOP/s, under the precision's compute roofs and each level's bandwidth roofs.
+
+    Returns ``{"points": n, "levels": [...], "above_roof": n, "cache_roofs": n}``.
+    """
+    env, prec = point.env, point.precision
+    peaks = compute_roofs_for(roofs, prec)
+    if not peaks:
+        have = sorted({p for p, _ in roofs.compute})
+        raise InputError(
+            f"env {env!r} has no compute peak for precision {prec!r} (ceilings have {have}); "
+            "the roofline is never drawn against a guess"
+        )
+    top_peak = max(peaks.values())
+    mem = {lv: roofs.memory.get(lv, {}) for lv in LEVELS}
+    ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
+    ais = [a for a in point.ai.values() if a is not None]
+    ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
+    # keep the diagonal roofs inside the frame at the low end
+    ys += [min(ais + ridges) / 4 * min(bw for lv in LEVELS for bw in mem[lv].values())]
+    (xlo, xhi), (ylo, yhi) = _limits(ais + ridges, ys)
+    ylo = max(ylo, min(ys) / 10)
+    ylo = 10 ** math.floor(math.log10(ylo))
+    tag = (env, point.model, prec, f"bs{point.batch}")
+    n_points = n_above = 0
+    levels_drawn = []
+    with rc_context(_RC):
+        fig = Figure(figsize=(10.5, 6.5))
+        ax = _axes(
+            fig,
+            title
+            or f"Hierarchical roofline: {env} {point.model} {prec} bs{point.batch} (ncu counts)",
+            AXIS_Y_STEP,
+            (xlo, xhi),
+            (ylo, yhi),
+        )
+        for lv in LEVELS:
+            for source, bw in sorted(mem[lv].items()):
+                _memory_roof(
+                    ax,
+                    env,
+                    lv,
+                    source,
+                    bw,
+                    xlo,
+                    top_peak / bw,
+                    f"{LEVEL_NAMES[lv]} {source}: {si(bw, 'B/s')}",
+                    ylo,
+                )
+        dram_best = best(mem["dram"])
+        for source, peak in sorted(peaks.items()):
+            bw = mem["dram"].get(source, dram_best[1])
+            _compute_roof(ax, env, prec, source, peak, min(peak / bw, xhi), xhi)
+        if point.status != "ok":
+            _message(ax, f"ncu capture {point.status}: {point.message or 'no message'}")
+        elif point.attained_flops is None:
+            lines = ", ".join(
+                f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}" for lv in LEVELS if point.ai[lv]
+            )
+            _message(ax, "no successful timed run: attained FLOP/s unknown\n" + lines)
+        else:
+            xs = [point.ai[lv] for lv in LEVELS if point.ai[lv] is not None]
+            if len(xs) > 1:
+                ax.plot(
+                    xs,
+                    [point.attained_flops] * len(xs),
+                    color="0.5",
+                    linewidth=0.8,
+                    gid=_gid("hier", *tag),
+                    zorder=4,
+                )
+            for lv in LEVELS:
+                ai = point.ai[lv]
+                if ai is None:
+                    continue
+                n_points += 1
+                levels_drawn.append(lv)
+                ax.plot(
+                    [ai],
+                    [point.attained_flops],
+                    linestyle="none",
+                    marker=LEVEL_MARKERS[lv],
+                    markersize=8,
+                    color=LEVEL_COLORS[lv],
+                    markeredgecolor="0.1",
+                    markeredgewidth=0.6,
+                    gid=_gid("point", *tag, lv),
+                    zorder=5,
+                )
+                ax.annotate(
+                    f"{LEVEL_NAMES[lv]} AI {ai:.3g}",
+                    (ai, point.attained_flops),
+                    xytext=(0, 8),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=6.5,
+                    color="0.2",
+                )
+                r = hierarchical_roof_at(roofs, prec, lv, ai)
+                if r is not None and roofline.is_above_roof(point.attained_flops, r):
+                    n_above += 1
+                    _ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
+
+        level_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=LEVEL_MARKERS[lv],
+                color=LEVEL_COLORS[lv],
+                markeredgecolor="0.1",
+                label=f"{LEVEL_NAMES[lv]}: FLOPs / {LEVEL_METRICS[lv].removesuffix('.sum')}",
+            )
+            for lv in LEVELS
+        ]
+        roof_items = [
+            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+            for s in roofline.ROOF_SOURCES
+        ]
+        roof_items += [
+            Line2D([], [], color=LEVEL_COLORS[lv], linewidth=2, label=f"{LEVEL_NAMES[lv]} roof")
+            for lv in LEVELS
+            if mem[lv]
+        ]
+        roof_items.append(Line2D([], [], color=precision_color(prec), linewidth=3, label=prec))
+        missing_roofs = [LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv]]
+        notes = []
+        if missing_roofs:
+            notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
+            notes.append(_note("  (no cache_roofs in ceilings.json)"))
+        for lv in LEVELS:
+            if point.status == "ok" and point.bytes[lv] is None:
+                notes.append(_note(f"{LEVEL_NAMES[lv]}: no {LEVEL_METRICS[lv]} in the capture"))
+        notes.append(_note("counts: ncu (one step); time: timed runs' median"))
+        if point.step_s:
+            notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
+        if n_above:
+            notes.append(_ring_handle())
+        _legend(ax, [("Memory level", level_items), ("Roofs", roof_items), ("Notes", notes)])
+        save_figure(fig, out_png, out_svg)
+    return {
+        "points": n_points,
+        "levels": levels_drawn,
+        "above_roof": n_above,
+        "cache_roofs": sum(len(mem[lv]) for lv in CACHE_LEVELS),
+    }
+
+
+# --------------------------------------------------------------------------- per kernel
+
+
+def plot_kernels(
+    kset: KernelSet,
+    roofs: Roofs,
+    env: str,
+    precision: str,
+    out_png: str | os.PathLike | None,
+    out_svg: str | os.PathLike | None,
+    title: str,
+    *,
+    status: str = "ok",
+    message: str | None = None,
+) -> dict:
+    """Each kernel's DRAM AI against its FLOP/s (ncu FLOPs / ncu kernel time), marker
+    area proportional to its share of kernel time, colour = the path of most of its
+    FLOPs; every compute roof of the env and the DRAM roofs.
+
+    Returns ``{"points", "skipped", "above_roof", "markersize": {gid: size}}``.
+    """
+    pts = kset.points
+    dram = roofs.memory["dram"]
+    dram_best = best(dram)
+    comp_specs = []
+    for (prec, source), peak in sorted(roofs.compute.items()):
+        bw = dram.get(source, dram_best[1])
+        comp_specs.append((prec, source, peak, peak / bw))
+    max_peak = max(s[2] for s in comp_specs)
+    ridges = [s[3] for s in comp_specs] + [max_peak / bw for bw in dram.values()]
+    xs = [p.ai for p in pts]
+    ys = [p.flops_rate for p in pts] + [s[2] for s in comp_specs]
+    (xlo, xhi), (ylo, yhi) = _limits(xs + ridges, ys)
+    sizes: dict[str, float] = {}
+    n_above = 0
+    with rc_context(_RC):
+        fig = Figure(figsize=(10.5, 6.5))
+        ax = _axes(fig, title, AXIS_Y_KERNEL, (xlo, xhi), (ylo, yhi))
+        for source, bw in sorted(dram.items()):
+            _memory_roof(
+                ax,
+                env,
+                "dram",
+                source,
+                bw,
+                xlo,
+                max_peak / bw,
+                f"DRAM {source}: {si(bw, 'B/s')}",
+                ylo,
+            )
+        for prec, source, peak, ridge in comp_specs:
+            _compute_roof(ax, env, prec, source, peak, min(ridge, xhi), xhi)
+        for p in sorted(pts, key=lambda p: -p.area):
+            gid = _gid("kernel", p.index)
+            (line,) = ax.plot(
+                [p.ai],
+                [p.flops_rate],
+                linestyle="none",
+                marker="o",
+                markersize=math.sqrt(p.area),
+                color=path_color(p.path, precision),
+                alpha=0.7,
+                markeredgecolor="0.15",
+                markeredgewidth=0.4,
+                gid=gid,
+                zorder=5,
+            )
+            sizes[gid] = line.get_markersize()
+            if roofline.is_above_roof(p.flops_rate, envelope_at(roofs, p.ai)):
+                n_above += 1
+                _ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+        for i, p in enumerate(sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]):
+            ax.annotate(
+                f"{short_name(p.name, 36)} ({p.share:.0%})",
+                (p.ai, p.flops_rate),
+                xytext=(6, -8 if i % 2 else 6),
+                textcoords="offset points",
+                fontsize=6,
+                color="0.15",
+                zorder=6,
+            )
+        if status != "ok":
+            _message(ax, f"ncu capture {status}: {message or 'no message'}")
+        elif not pts:
+            _message(ax, "no kernel with FLOPs, DRAM bytes and a duration to plot")
+
+        paths = [p for p in KERNEL_PATHS if any(k.path == p for k in pts)]
+        path_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                color=path_color(p, precision),
+                label=f"{PATH_LABELS[p]} ({sum(k.path == p for k in pts)})",
+            )
+            for p in paths
+        ]
+        size_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                color="0.6",
+                markersize=math.sqrt(marker_area(s)),
+                label=f"{s:.0%} of kernel time",
+            )
+            for s in (0.01, 0.05, 0.2)
+        ]
+        roof_items = [
+            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+            for s in roofline.ROOF_SOURCES
+        ]
+        roof_items += [
+            Line2D([], [], color=precision_color(pr), linewidth=3, label=f"{pr} compute")
+            for pr in sorted({s[0] for s in comp_specs})
+        ]
+        roof_items.append(Line2D([], [], color=LEVEL_COLORS["dram"], linewidth=2, label="DRAM"))
+        skipped_time = sum(s["share"] for s in kset.skipped)
+        notes = [_note(f"{len(pts)} kernels plotted")]
+        if kset.skipped:
+            why = ", ".join(f"{n} {r}" for r, n in kset.reasons.items() if n)
+            notes.append(_note(f"{len(kset.skipped)} not plotted: {why}"))
+            notes.append(_note(f"  ({skipped_time:.1%} of kernel time)"))
+        notes.append(_note("time: ncu's per-kernel duration"))
+        notes.append(_note("  (serialized, caches flushed)"))
+        if n_above:
+            notes.append(_ring_handle())
+        _legend(
+            ax,
+            [
+                ("FLOP path (colour)", path_items),
+                ("Share of time (area)", size_items),
+                ("Roofs", roof_items),
+                ("Kernels", notes),
+            ],
+            labelspacing=0.9,
+        )
+        save_figure(fig, out_png, out_svg)
+    return {
+        "points": len(pts),
+        "skipped": len(kset.skipped),
+        "above_roof": n_above,
+        "markersize": sizes,
+    }

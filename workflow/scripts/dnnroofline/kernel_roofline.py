@@ -1,0 +1,804 @@
+"""What one ncu capture says beyond its DRAM point: the hierarchical roofline, the
+per-kernel roofline, and the analytic-vs-ncu comparison page.
+
+Pure logic: parsed ncu JSONs, complexity JSONs, ceilings and the roofline points
+table in; numbers and HTML out (plots are drawn by :mod:`dnnroofline.kernel_plots`).
+
+* **Hierarchical roofline** of one (env, model, precision, batch): the step's ncu
+  FLOPs over its L1 (``l1tex__t_bytes``), L2 (``lts__t_bytes``) and DRAM
+  (``dram__bytes``) bytes give three arithmetic intensities of the same point.
+  Attained FLOP/s = ncu FLOPs per step / the *uninstrumented* median step time
+  (``roofline_points.csv``): counts come from ncu, durations from the timed runs,
+  since ncu serializes kernels and replays each one several times.
+* **Per-kernel roofline**: each kernel's ``flop.total / bytes.dram`` against
+  ``flop.total / time_s``. ``time_s`` is ncu's own duration of that kernel (the
+  only per-kernel duration there is): measured alone, with caches flushed before
+  each replay (``--cache-control all``) and, by ncu's default, clocks locked to
+  base. Kernels with no FLOPs, no DRAM bytes or no duration are counted and
+  listed, never plotted at AI 0.
+* **Analytic vs ncu**: ``flops.train_step`` of the complexity JSON against ncu's
+  FLOP total, and the analytic minimum DRAM bytes against ncu's DRAM bytes, each
+  as the ratio ``analytic / ncu``, with an explanation generated from the numbers.
+
+Bandwidth roofs: DRAM roofs are the ``kind: memory`` entries of ``ceilings.json``
+(measured and datasheet). L1/L2 roofs exist only where the ceilings file has an
+optional ``cache_roofs`` list (``[{level: "l1" | "l2", source: "measured" |
+"datasheet", value: bytes/s, method | citation}]``); no stage writes one yet, and
+no cache bandwidth is ever guessed. ``cache_roofs`` is a separate key so that the
+rest of the pipeline, which reads every ``roofs`` memory entry as DRAM, never
+mistakes a cache roof for a DRAM one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+import pandas as pd
+
+from dnnroofline import roofline
+from dnnroofline.aggregate import match_ncu_stems, ncu_stem
+from dnnroofline.analysis import (
+    Raw,
+    esc,
+    fmt_ai,
+    fmt_bytes,
+    fmt_gflop,
+    fmt_pct,
+    fmt_time,
+    page,
+    table,
+)
+from dnnroofline.errors import InputError
+
+#: Memory levels, innermost first, with the ncu counter each one's bytes come from.
+LEVELS = ("l1", "l2", "dram")
+LEVEL_NAMES = {"l1": "L1", "l2": "L2", "dram": "DRAM"}
+LEVEL_METRICS = {"l1": "l1tex__t_bytes.sum", "l2": "lts__t_bytes.sum", "dram": "dram__bytes.sum"}
+CACHE_LEVELS = ("l1", "l2")
+#: analytic / ncu outside this range is flagged loudly.
+RATIO_RANGE = (0.5, 2.0)
+#: |ratio - 1| up to this is "agrees".
+AGREE_TOL = 0.10
+PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+TENSOR_PRECISIONS = ("tf32", "amp", "bf16")
+#: Kernel FLOP classes (the path that did most of a kernel's FLOPs), in legend order.
+KERNEL_PATHS = ("tensor", "fp32", "fp16", "fp64")
+PATH_LABELS = {
+    "tensor": "tensor cores",
+    "fp32": "CUDA cores, fp32",
+    "fp16": "CUDA cores, fp16",
+    "fp64": "CUDA cores, fp64",
+}
+#: Marker area (pt^2) per unit share of kernel time, and the smallest area drawn.
+AREA_PER_SHARE = 1500.0
+MIN_AREA = 6.0
+PAGE_TITLE = "Nsight Compute vs the analytic model"
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None for null, NaN, booleans and non-numbers."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _pos(x: Any) -> float | None:
+    v = _num(x)
+    return v if v is not None and v > 0 else None
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def ncu_status(ncu: Mapping) -> tuple[str, str | None]:
+    """(status, message) of a parsed ncu JSON; a bare parser output counts as ok."""
+    if not isinstance(ncu, Mapping):
+        raise InputError("parsed ncu JSON must be an object")
+    return str(ncu.get("status") or "ok"), ncu.get("message")
+
+
+# --------------------------------------------------------------------------- ceilings
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The roofs a kernel/hierarchical plot can draw for one env."""
+
+    compute: dict[tuple[str, str], float]  # (precision, source) -> FLOP/s
+    memory: dict[str, dict[str, float]]  # level -> {source: bytes/s}
+    notes: dict[str, str] = field(default_factory=dict)  # (level, source) notes
+
+
+def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
+    """Compute roofs and DRAM/L2/L1 bandwidth roofs of one ceilings file.
+
+    DRAM: ``roofs`` entries of kind memory. L1/L2: the optional ``cache_roofs``
+    list. Raises InputError when there is no compute roof or no DRAM roof (the
+    plots never draw against a guess) or when a cache roof is malformed.
+    """
+    roofs = roofline.parse_roofs(ceilings, where)
+    compute: dict[tuple[str, str], float] = {}
+    memory: dict[str, dict[str, float]] = {level: {} for level in LEVELS}
+    for r in roofs:
+        if r.kind == "compute":
+            k = (str(r.precision), r.source)
+            compute[k] = max(compute.get(k, 0.0), r.value)
+        else:
+            memory["dram"][r.source] = max(memory["dram"].get(r.source, 0.0), r.value)
+    cache = ceilings.get("cache_roofs") or []
+    if not isinstance(cache, list):
+        raise InputError(f"{where}: cache_roofs must be a list")
+    for i, entry in enumerate(cache):
+        at = f"{where}: cache_roofs[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{at} must be an object")
+        level = str(entry.get("level", "")).lower()
+        if level not in CACHE_LEVELS:
+            raise InputError(
+                f"{at}.level must be one of {CACHE_LEVELS}, got {entry.get('level')!r}"
+            )
+        source = entry.get("source")
+        if source not in roofline.ROOF_SOURCES:
+            raise InputError(f"{at}.source must be one of {roofline.ROOF_SOURCES}")
+        value = roofline.check_positive(f"{at}.value (bytes/s)", entry.get("value"))
+        memory[level][source] = max(memory[level].get(source, 0.0), value)
+    if not compute:
+        raise InputError(f"{where}: no compute roof to draw")
+    if not memory["dram"]:
+        raise InputError(f"{where}: no memory-bandwidth (DRAM) roof to draw")
+    return Roofs(compute, memory)
+
+
+def best(values: Mapping[str, float]) -> tuple[str, float] | None:
+    """The preferred (source, value): measured, then datasheet."""
+    for source in roofline.ROOF_SOURCES:
+        if source in values:
+            return source, values[source]
+    return None
+
+
+def compute_roofs_for(roofs: Roofs, precision: str) -> dict[str, float]:
+    """{source: FLOP/s} of the compute roofs that apply to a pipeline precision."""
+    names = roofline.precision_aliases(precision)
+    out: dict[str, float] = {}
+    for (prec, source), v in roofs.compute.items():
+        if prec in names:
+            out[source] = max(out.get(source, 0.0), v)
+    return out
+
+
+# --------------------------------------------------------------------------- hierarchical
+
+
+@dataclass
+class HierarchicalPoint:
+    """One (env, model, precision, batch) against its three memory levels."""
+
+    env: str
+    model: str
+    precision: str
+    batch: int
+    status: str
+    message: str | None
+    flop: float | None
+    bytes: dict[str, float | None]
+    ai: dict[str, float | None]
+    step_s: float | None
+    attained_flops: float | None
+    notes: list[str]
+
+    @property
+    def plottable(self) -> bool:
+        return self.attained_flops is not None and any(v is not None for v in self.ai.values())
+
+
+def step_time(points: pd.DataFrame | None, env: str, model: str, precision: str, batch: int):
+    """The uninstrumented median step time of a config, or None without an ok run."""
+    if points is None or points.empty:
+        return None
+    m = points[
+        (points["env"].astype(str) == env)
+        & (points["model"].astype(str) == model)
+        & (points["precision"].astype(str) == precision)
+        & (points["batch_size"].astype(int) == int(batch))
+    ]
+    if m.empty:
+        return None
+    row = m.iloc[0]
+    if int(row.get("runs_ok", 0) or 0) <= 0:
+        return None
+    return _pos(row.get("step_median_s"))
+
+
+def hierarchical_point(
+    ncu: Mapping,
+    step_median_s: float | None,
+    env: str,
+    model: str,
+    precision: str,
+    batch: int,
+) -> HierarchicalPoint:
+    """AI at L1, L2 and DRAM (ncu FLOPs / that level's bytes) and attained FLOP/s.
+
+    A level whose byte counter is missing (null) or zero has AI None and is noted.
+    """
+    status, message = ncu_status(ncu)
+    notes: list[str] = []
+    flop = _pos(_get(ncu, "totals", "flop", "total")) if status == "ok" else None
+    nbytes = {lv: _num(_get(ncu, "totals", "bytes", lv)) for lv in LEVELS}
+    ai: dict[str, float | None] = {}
+    for lv in LEVELS:
+        b = nbytes[lv]
+        if flop is None or b is None or b <= 0:
+            ai[lv] = None
+            if status == "ok" and (b is None or b <= 0):
+                notes.append(
+                    f"{LEVEL_NAMES[lv]}: no bytes in the capture ({LEVEL_METRICS[lv]} "
+                    f"{'missing' if b is None else 'zero'})"
+                )
+        else:
+            ai[lv] = flop / b
+    if status == "ok" and flop is None:
+        notes.append("the capture has no FLOP total (no FLOP counters, or all n/a)")
+    step = _pos(step_median_s)
+    if step is None:
+        notes.append("no successful timed run: attained FLOP/s unknown")
+    attained = flop / step if flop is not None and step is not None else None
+    return HierarchicalPoint(
+        env,
+        model,
+        precision,
+        int(batch),
+        status,
+        message,
+        flop,
+        nbytes,
+        ai,
+        step,
+        attained,
+        notes,
+    )
+
+
+def hierarchical_roof_at(roofs: Roofs, precision: str, level: str, ai: float) -> float | None:
+    """The attainable FLOP/s at ``ai``: the precision's preferred compute roof, capped by
+    ``level``'s preferred bandwidth roof where one exists (the compute roof alone
+    otherwise); None without a compute roof for the precision."""
+    peak = best(compute_roofs_for(roofs, precision))
+    if peak is None:
+        return None
+    bw = best(roofs.memory.get(level, {}))
+    if bw is None:
+        return peak[1]
+    return roofline.roof(ai, peak[1], bw[1])
+
+
+# --------------------------------------------------------------------------- per kernel
+
+
+def kernel_path(flop: Mapping) -> str | None:
+    """The path that did most of a kernel's FLOPs: tensor, fp32, fp16 or fp64."""
+    parts = {p: _num(flop.get(p)) or 0.0 for p in KERNEL_PATHS}
+    top = max(KERNEL_PATHS, key=lambda p: parts[p])
+    return top if parts[top] > 0 else None
+
+
+def short_name(name: str, limit: int = 48) -> str:
+    """A kernel name without return type, template arguments and parameters."""
+    s = re.sub(r"^void\s+", "", str(name).strip())
+    depth, out = 0, []
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    s = "".join(out).strip() or str(name)
+    s = re.sub(r":{3,}", "::", s.replace("$", ""))
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+@dataclass
+class KernelPoint:
+    index: int  # position in ncu["kernels"]
+    id: Any
+    name: str
+    time_s: float
+    flop: float
+    dram: float
+    ai: float
+    flops_rate: float
+    share: float  # of the capture's total kernel time
+    area: float  # marker area, pt^2
+    path: str
+
+
+@dataclass
+class KernelSet:
+    points: list[KernelPoint]
+    skipped: list[dict]  # {index, id, name, reason, time_s, share}
+    total_time_s: float | None
+    reasons: dict[str, int]
+
+
+SKIP_REASONS = ("no FLOPs", "no DRAM bytes", "no duration")
+
+
+def marker_area(share: float) -> float:
+    """Marker area in pt^2: proportional to the share of kernel time, at least MIN_AREA."""
+    return max(MIN_AREA, AREA_PER_SHARE * share)
+
+
+def kernel_points(ncu: Mapping) -> KernelSet:
+    """Each kernel with FLOPs, DRAM bytes and a duration as a point; the rest skipped.
+
+    ``share`` is the kernel's time over the sum of every kernel's time in the
+    capture (kernels without a time add nothing).
+    """
+    kernels = ncu.get("kernels") or []
+    if not isinstance(kernels, list):
+        raise InputError("parsed ncu JSON: 'kernels' must be a list")
+    times = [_pos(k.get("time_s")) if isinstance(k, Mapping) else None for k in kernels]
+    total = sum(t for t in times if t is not None) or None
+    points, skipped = [], []
+    reasons = dict.fromkeys(SKIP_REASONS, 0)
+    for i, (k, t) in enumerate(zip(kernels, times, strict=True)):
+        if not isinstance(k, Mapping):
+            raise InputError(f"parsed ncu JSON: kernels[{i}] must be an object")
+        flop = _pos(_get(k, "flop", "total"))
+        dram = _pos(_get(k, "bytes", "dram"))
+        share = t / total if t is not None and total else 0.0
+        reason = (
+            "no FLOPs"
+            if flop is None
+            else "no DRAM bytes"
+            if dram is None
+            else "no duration"
+            if t is None
+            else None
+        )
+        if reason:
+            reasons[reason] += 1
+            skipped.append(
+                {
+                    "index": i,
+                    "id": k.get("id"),
+                    "name": str(k.get("name", "")),
+                    "reason": reason,
+                    "time_s": t,
+                    "share": share,
+                }
+            )
+            continue
+        points.append(
+            KernelPoint(
+                index=i,
+                id=k.get("id"),
+                name=str(k.get("name", "")),
+                time_s=t,
+                flop=flop,
+                dram=dram,
+                ai=flop / dram,
+                flops_rate=flop / t,
+                share=share,
+                area=marker_area(share),
+                path=kernel_path(k.get("flop") or {}) or "fp32",
+            )
+        )
+    return KernelSet(points, skipped, total, reasons)
+
+
+def envelope_at(roofs: Roofs, ai: float) -> float:
+    """The highest roof anywhere at ``ai``: min(best compute peak, ai x best DRAM bandwidth).
+
+    A kernel above it beats every peak the env has: a wrong peak or a bad counter.
+    """
+    peak = max(roofs.compute.values())
+    bw = max(roofs.memory["dram"].values())
+    return min(peak, ai * bw)
+
+
+# --------------------------------------------------------------------------- analytic vs ncu
+
+
+def key_ncu_files(
+    stems: Iterable[str],
+    envs: Iterable[str],
+    models: Iterable[str],
+    batches: Iterable[int],
+    precisions: Iterable[str] = PRECISIONS,
+) -> tuple[dict[str, tuple[str, str, str, int]], list[str]]:
+    """Map ncu file stems to (env, model, precision, batch) among the known names."""
+    groups = list(product(envs, models, precisions, {int(b) for b in batches}))
+    return match_ncu_stems(stems, groups)
+
+
+def analytic_bytes(complexity: Mapping, precision: str) -> float | None:
+    """Minimum DRAM bytes per step for the precision (top-level fp32 value as fallback)."""
+    v = _pos(_get(complexity, "by_precision", precision, "min_dram_bytes_per_step"))
+    return v if v is not None else _pos(complexity.get("min_dram_bytes_per_step"))
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def out_of_range(ratio: float | None) -> bool:
+    return ratio is not None and not (RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1])
+
+
+def _pct_diff(ratio: float) -> str:
+    """ncu relative to analytic, in words: ``ratio`` = analytic / ncu."""
+    ncu_over = 1.0 / ratio
+    if ncu_over >= 1:
+        return f"{(ncu_over - 1) * 100:.0f}% more"
+    return f"{(1 - ncu_over) * 100:.0f}% fewer"
+
+
+def _share(x: float) -> str:
+    if 0 < x < 0.001:
+        return "under 0.1%"
+    return f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
+
+
+def explain_flops(row: Mapping) -> list[str]:
+    """Why analytic and ncu FLOPs differ for this row, from its numbers (plain text)."""
+    r = row.get("flop_ratio")
+    prec = row["precision"]
+    if r is None:
+        if row.get("ncu_flop") is None:
+            return ["ncu gave no FLOP total: no FLOP counters in the capture, or all n/a."]
+        return ["No analytic FLOP count (complexity file missing)."]
+    tensor = row.get("ncu_tensor_flop")
+    out: list[str] = []
+    if abs(r - 1) <= AGREE_TOL:
+        out.append(
+            f"ncu counted {_pct_diff(r)} FLOPs than the analytic model: they agree "
+            f"within {AGREE_TOL:.0%}."
+        )
+        return out
+    if r > 1:
+        out.append(f"ncu counted {_pct_diff(r)} FLOPs than the analytic model.")
+        if tensor is None and prec in TENSOR_PRECISIONS:
+            out.append(
+                f"{prec} runs convolutions and GEMMs on tensor cores, but this capture has no "
+                "tensor-core FLOP counters (sm__ops_path_tensor_*: totals.flop.tensor is null): "
+                "those FLOPs are missing from the ncu total. This alone can explain a large gap."
+            )
+        fwd = row.get("analytic_forward")
+        ncu = row.get("ncu_flop")
+        if fwd and ncu and abs(ncu / fwd - 1) <= 0.25:
+            out.append(
+                f"The ncu total is within 25% of the analytic forward pass alone "
+                f"({fmt_gflop(fwd)}): the capture probably misses the backward pass and the "
+                "optimizer (an NVTX push/pop filter misses the backward thread)."
+            )
+        if prec == "fp32" or tensor:
+            out.append(
+                "cuDNN may have picked Winograd or FFT convolution algorithms, which do fewer "
+                "multiplications than direct convolution (Winograd F(2x2,3x3): up to 2.25x "
+                "fewer); ncu counts what ran, the model counts direct convolution."
+            )
+        if row.get("ncu_incomplete_flop"):
+            out.append(
+                f"{row['ncu_incomplete_flop']} kernel(s) lack FLOP counters (n/a): the ncu "
+                "total is a partial sum."
+            )
+    else:
+        out.append(f"ncu counted {_pct_diff(r)} FLOPs than the analytic model.")
+        cc = row.get("ncu_cuda_core_share")
+        if cc is not None and cc >= 0.05:
+            out.append(
+                f"{_share(cc)} of ncu's FLOPs ran on CUDA cores: elementwise kernels (batch-norm "
+                "statistics, activations, loss, casts), which the model counts once or not at "
+                "all, add FLOPs."
+            )
+        elif cc is not None:
+            out.append(
+                f"Only {_share(cc)} of ncu's FLOPs ran on CUDA cores, so the extra FLOPs are in "
+                "the tensor-core GEMMs and convolutions themselves."
+            )
+        if tensor and prec in TENSOR_PRECISIONS:
+            out.append(
+                "Tensor-core counters count the padded tiles: GEMM dimensions rounded up to "
+                "tile sizes add FLOPs the model does not have."
+            )
+        out.append(
+            "Other sources: recomputation, the optimizer's implementation (the model counts 6 "
+            "FLOPs per parameter for SGD with momentum and weight decay; foreach/fused kernels "
+            + ("and amp's GradScaler unscale and inf checks " if prec == "amp" else "")
+            + "add more), and floating-point instructions used for indexing or reductions."
+        )
+    if out_of_range(r):
+        out.append(
+            f"OUT OF RANGE: analytic / ncu = {r:.2f} is outside "
+            f"[{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]; check the capture and the FLOP model "
+            "before trusting this point's AI."
+        )
+    return out
+
+
+def explain_bytes(row: Mapping) -> list[str]:
+    """Why the analytic minimum and ncu DRAM bytes differ, from the numbers."""
+    r = row.get("bytes_ratio")
+    if r is None:
+        if row.get("ncu_dram") is None:
+            return ["ncu gave no DRAM bytes (dram__bytes counters missing or n/a)."]
+        return ["No analytic byte count (complexity file missing)."]
+    out = []
+    if r <= 1:
+        out.append(
+            f"ncu moved {1 / r:.2f}x the analytic minimum, which is a lower bound (each "
+            "parameter, gradient, momentum and activation moved once). Activations re-read by "
+            "several kernels (forward, input and weight gradients), cuDNN workspaces and layout "
+            "transforms add traffic; and ncu flushes the caches before each replayed kernel "
+            "(--cache-control all), so no kernel finds its input in L2 as it may in the real run."
+        )
+    else:
+        out.append(
+            f"ncu counted {1 / r:.2f}x the analytic minimum, less than the lower bound. Writes "
+            "still in L2 when a kernel ends are written back outside its measurement; kernels "
+            "missing from the capture (the backward pass?) and kernels without DRAM counters "
+            "also lower the total."
+        )
+        if row.get("ncu_incomplete_dram"):
+            out.append(
+                f"{row['ncu_incomplete_dram']} kernel(s) lack DRAM counters (n/a): the ncu total "
+                "is a partial sum."
+            )
+    if out_of_range(r):
+        if r < RATIO_RANGE[0]:
+            out.append(
+                f"Outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]: for bytes this is common (the "
+                "analytic value is a lower bound), but it means the analytic AI overstates the "
+                "real one by that factor."
+            )
+        else:
+            out.append(
+                "OUT OF RANGE: ncu counted less than half the analytic lower bound; check the "
+                "capture (missing kernels or counters)."
+            )
+    return out
+
+
+def comparison_rows(
+    ncu_docs: Mapping[tuple[str, str, str, int], Mapping],
+    complexity: Mapping[tuple[str, int], Mapping],
+    ncu_sources: Mapping[tuple[str, str, str, int], str] | None = None,
+) -> list[dict]:
+    """One row per ncu capture: analytic vs ncu FLOPs and DRAM bytes, ratios analytic/ncu."""
+    ncu_sources = ncu_sources or {}
+    rows = []
+    for key in sorted(ncu_docs, key=lambda k: (k[0], k[1], k[2], int(k[3]))):
+        env, model, precision, batch = key
+        stem = ncu_stem(env, model, precision, int(batch))
+        doc = ncu_docs[key]
+        status, message = ncu_status(doc)
+        comp = complexity.get((model, int(batch)))
+        ok = status == "ok"
+        totals = doc.get("totals") or {}
+        flop = _pos(_get(totals, "flop", "total")) if ok else None
+        dram = _pos(_get(totals, "bytes", "dram")) if ok else None
+        tensor = _num(_get(totals, "flop", "tensor")) if ok else None
+        cuda_core = [_num(_get(totals, "flop", p)) for p in ("fp64", "fp32", "fp16")]
+        cc_sum = sum(v for v in cuda_core if v is not None)
+        a_flop = _pos(_get(comp, "flops", "train_step")) if comp else None
+        a_bytes = analytic_bytes(comp, precision) if comp else None
+        incomplete = totals.get("incomplete") or {}
+        kset = kernel_points(doc) if ok else None
+        row = {
+            "env": env,
+            "model": model,
+            "precision": precision,
+            "batch_size": int(batch),
+            "source": ncu_sources.get(key, f"results/{env}/ncu/{stem}.json"),
+            "status": status,
+            "message": message,
+            "complexity": comp is not None,
+            "analytic_flop": a_flop,
+            "analytic_forward": _pos(_get(comp, "flops", "forward")) if comp else None,
+            "ncu_flop": flop,
+            "ncu_tensor_flop": tensor,
+            "ncu_cuda_core_share": (cc_sum / flop) if flop and ok else None,
+            "flop_ratio": _ratio(a_flop, flop),
+            "analytic_bytes": a_bytes,
+            "ncu_dram": dram,
+            "bytes_ratio": _ratio(a_bytes, dram),
+            "ncu_kernels": int(totals.get("kernels") or 0) if ok else 0,
+            "ncu_kernel_time_s": _pos(totals.get("time_s")) if ok else None,
+            "kernels_plotted": len(kset.points) if kset else 0,
+            "kernels_skipped": len(kset.skipped) if kset else 0,
+            "ncu_incomplete_flop": incomplete.get("flop.total"),
+            "ncu_incomplete_dram": incomplete.get("bytes.dram"),
+            "warnings": [str(w) for w in (doc.get("warnings") or [])] if ok else [],
+        }
+        if ok:
+            row["flop_explanation"] = explain_flops(row)
+            row["bytes_explanation"] = explain_bytes(row)
+        else:
+            row["flop_explanation"] = [
+                f"ncu capture {status}: {message or 'no message'}; no counts to compare."
+            ]
+            row["bytes_explanation"] = []
+        if comp is None:
+            row["flop_explanation"].append(
+                f"No complexity file for {model} at batch {batch} "
+                f"(results/complexity/{model}_bs{batch}.json)."
+            )
+        row["flop_flag"] = out_of_range(row["flop_ratio"])
+        row["bytes_flag"] = out_of_range(row["bytes_ratio"])
+        rows.append(row)
+    return rows
+
+
+def _ratio_cell(r: float | None) -> Raw:
+    if r is None:
+        return Raw("–")
+    text = f"{r:.2f}"
+    if out_of_range(r):
+        return Raw(f'<span class="bad">{esc(text)} ⚠</span>')
+    return Raw(esc(text))
+
+
+def _label(r: Mapping) -> str:
+    return f"{r['env']} {r['model']} {r['precision']} bs{r['batch_size']}"
+
+
+NO_NCU_HTML = (
+    "<p><strong>No Nsight Compute data in this study.</strong> Every env here is a CPU (or "
+    "MPS) machine, or its ncu captures were not copied in, so every roofline point uses the "
+    "analytic FLOPs and minimum bytes (<code>ai_source = analytic</code>) and there is no "
+    "measured count to check them against.</p>\n"
+    "<p>To get it: add an env with <code>device: cuda</code> (or <code>auto</code>) and run "
+    "the study on a machine with an NVIDIA GPU (compute capability 7.0 or newer) and Nsight "
+    "Compute installed (<code>ncu</code> on PATH, or <code>ncu: {executable: /path/to/ncu}</code> "
+    "in the config); the <code>ncu</code> rule then profiles one whole training step per "
+    "configuration into <code>results/{env}/ncu/</code>. ncu needs permission to read the GPU "
+    "counters (root, CAP_SYS_ADMIN, or <code>NVreg_RestrictProfilingToAdminUsers=0</code>). "
+    "Captures made on another machine count too: copy its <code>results/{env}/</code> folder "
+    "(with <code>ceilings.json</code> and <code>ncu/*.json</code>) here and rerun.</p>"
+)
+
+
+def comparison_page(rows: Sequence[Mapping], unmatched: Sequence[str] = ()) -> str:
+    """The report page: a table and a generated explanation per capture."""
+    parts = [
+        "<p>Per ncu capture of one training step: the analytic train-step FLOPs "
+        "(<code>flops.train_step</code> of the complexity file: forward, backward and "
+        f"optimizer, FMA = 2 FLOPs) against ncu's FLOP total, and the analytic minimum DRAM "
+        "bytes against ncu's DRAM bytes. Each ratio is <strong>analytic / ncu</strong>; one "
+        f"outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}] is flagged ⚠. The explanations are "
+        "generated from each row's numbers.</p>"
+    ]
+    if unmatched:
+        parts.append(
+            '<div class="warn">ncu files that match no configured (env, model, precision, '
+            "batch) and are left out: "
+            + ", ".join(f"<code>{esc(s)}</code>" for s in unmatched)
+            + "</div>"
+        )
+    if not rows:
+        parts.append(NO_NCU_HTML)
+        return page(PAGE_TITLE, "\n".join(parts))
+    ok = [r for r in rows if r["status"] == "ok"]
+    bad_status = [r for r in rows if r["status"] != "ok"]
+    flop_flags = [r for r in ok if r["flop_flag"]]
+    byte_flags = [r for r in ok if r["bytes_flag"]]
+    if flop_flags:
+        parts.append(
+            '<div class="alert"><strong>⚠ FLOP counts disagree by more than 2x</strong> '
+            f"(analytic / ncu outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]) for "
+            + ", ".join(
+                f"<strong>{esc(_label(r))}</strong> ({r['flop_ratio']:.2f})" for r in flop_flags
+            )
+            + ". The AI and attained FLOP/s of these points are only as good as whichever "
+            "count is right: read the explanation below.</div>"
+        )
+    if byte_flags:
+        parts.append(
+            '<div class="warn"><strong>⚠ DRAM bytes differ by more than 2x</strong> for '
+            + ", ".join(
+                f"<strong>{esc(_label(r))}</strong> ({r['bytes_ratio']:.2f})" for r in byte_flags
+            )
+            + ". The analytic value is a lower bound, so ncu above it is expected; ncu "
+            "below it is suspect.</div>"
+        )
+    if bad_status:
+        parts.append(
+            '<div class="warn">'
+            + f"{len(bad_status)} of {len(rows)} captures have no usable counters: "
+            + "; ".join(
+                f"{esc(_label(r))}: {esc(r['status'])} ({esc(r['message'] or 'no message')})"
+                for r in bad_status
+            )
+            + "</div>"
+        )
+    if not ok:
+        parts.append(NO_NCU_HTML.split("</p>\n", 1)[1])
+    headers = [
+        "env",
+        "model",
+        "precision",
+        "batch",
+        "ncu status",
+        "analytic FLOPs",
+        "ncu FLOPs",
+        "analytic / ncu",
+        "analytic min DRAM bytes",
+        "ncu DRAM bytes",
+        "analytic / ncu",
+        "kernels plotted / skipped",
+    ]
+    body_rows, classes = [], []
+    for r in rows:
+        body_rows.append(
+            [
+                r["env"],
+                r["model"],
+                r["precision"],
+                r["batch_size"],
+                r["status"],
+                fmt_gflop(r["analytic_flop"]),
+                fmt_gflop(r["ncu_flop"]),
+                _ratio_cell(r["flop_ratio"]),
+                fmt_bytes(r["analytic_bytes"]),
+                fmt_bytes(r["ncu_dram"]),
+                _ratio_cell(r["bytes_ratio"]),
+                f"{r['kernels_plotted']} / {r['kernels_skipped']}" if r["status"] == "ok" else "–",
+            ]
+        )
+        classes.append("flag" if r["flop_flag"] or r["status"] != "ok" else None)
+    parts.append("<h2>Counts</h2>")
+    parts.append(
+        table(
+            headers,
+            body_rows,
+            num_cols=(3, 5, 6, 7, 8, 9, 10),
+            caption="Analytic vs ncu per training step (ratios: analytic / ncu)",
+            row_classes=classes,
+        )
+    )
+    parts.append("<h2>Why they differ</h2>")
+    for r in rows:
+        flag = " ⚠" if r["flop_flag"] or r["bytes_flag"] else ""
+        parts.append(f"<h3>{esc(_label(r))}{esc(flag)}</h3>")
+        items = [f"<strong>FLOPs.</strong> {esc(' '.join(r['flop_explanation']))}"]
+        if r["bytes_explanation"]:
+            items.append(f"<strong>DRAM bytes.</strong> {esc(' '.join(r['bytes_explanation']))}")
+        if r["status"] == "ok":
+            extra = []
+            if r["ncu_kernel_time_s"] is not None:
+                extra.append(
+                    f"{r['ncu_kernels']} kernels, {fmt_time(r['ncu_kernel_time_s'])} of kernel "
+                    "time under ncu (serialized and replayed: not the step time)"
+                )
+            if r["ncu_flop"] and r["ncu_dram"]:
+                extra.append(f"ncu DRAM AI {fmt_ai(r['ncu_flop'] / r['ncu_dram'])}")
+            if r["analytic_flop"] and r["analytic_bytes"]:
+                extra.append(f"analytic AI {fmt_ai(r['analytic_flop'] / r['analytic_bytes'])}")
+            if r["ncu_tensor_flop"] and r["ncu_flop"]:
+                extra.append(f"tensor-core share {fmt_pct(r['ncu_tensor_flop'] / r['ncu_flop'])}")
+            if extra:
+                items.append(esc("; ".join(extra)) + ".")
+            if r["warnings"]:
+                items.append(
+                    "<strong>Parser warnings.</strong> " + esc(" | ".join(r["warnings"][:5]))
+                )
+        items.append(f"Source: <code>{esc(r['source'])}</code>")
+        parts.append("<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>")
+    return page(PAGE_TITLE, "\n".join(parts))

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Draw the ncu rooflines of one (env, model, precision, batch): per kernel or hierarchical.
+
+    python workflow/scripts/plot_kernel_roofline.py --kind kernels \
+        --ncu results/E/ncu/E_resnet50_amp_bs64.json --ceilings results/E/ceilings.json \
+        --env E --model resnet50 --precision amp --batch 64 --png k.png --svg k.svg
+    python workflow/scripts/plot_kernel_roofline.py --kind hierarchical \
+        --points results/roofline_points.csv ... (same flags)
+
+``kernels``: each kernel's FLOPs / DRAM bytes against its FLOPs / ncu kernel time.
+``hierarchical``: the step's ncu FLOPs over its L1, L2 and DRAM bytes against ncu
+FLOPs / the timed runs' median step time (from --points). A capture without
+usable counters (ncu unavailable, no permission) still gives a figure that says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from dnnroofline.aggregate import POINTS_DTYPES
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json
+from dnnroofline.kernel_plots import plot_hierarchical, plot_kernels
+from dnnroofline.kernel_roofline import (
+    env_roofs,
+    hierarchical_point,
+    kernel_points,
+    ncu_status,
+    short_name,
+    step_time,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", choices=("kernels", "hierarchical"), required=True)
+    ap.add_argument("--ncu", required=True, help="parsed ncu JSON of the config")
+    ap.add_argument("--ceilings", required=True, help="the env's ceilings JSON")
+    ap.add_argument("--points", help="roofline points CSV (hierarchical: the timed step)")
+    ap.add_argument("--env", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--precision", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--png", required=True)
+    ap.add_argument("--svg", required=True)
+    ap.add_argument("--title")
+    args = ap.parse_args(argv)
+    label = f"{args.env} {args.model} {args.precision} bs{args.batch}"
+    try:
+        ncu = read_json(args.ncu)
+        status, message = ncu_status(ncu)
+        roofs = env_roofs(read_json(args.ceilings), args.ceilings)
+        if args.kind == "kernels":
+            kset = kernel_points(ncu if status == "ok" else {"kernels": []})
+            info = plot_kernels(
+                kset,
+                roofs,
+                args.env,
+                args.precision,
+                args.png,
+                args.svg,
+                args.title or f"Per-kernel roofline: {label} (ncu counts and kernel times)",
+                status=status,
+                message=message,
+            )
+            for s in kset.skipped:
+                print(
+                    f"plot_kernel_roofline: not plotted ({s['reason']}): kernel {s['id']} "
+                    f"{short_name(s['name'], 80)}",
+                    file=sys.stderr,
+                )
+            summary = f"{info['points']} kernels plotted, {info['skipped']} not plotted"
+        else:
+            if not args.points:
+                raise InputError("--kind hierarchical needs --points (the timed step time)")
+            try:
+                points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
+            except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+                raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
+            step = step_time(points, args.env, args.model, args.precision, args.batch)
+            point = hierarchical_point(ncu, step, args.env, args.model, args.precision, args.batch)
+            info = plot_hierarchical(point, roofs, args.png, args.svg, args.title)
+            for note in point.notes:
+                print(f"plot_kernel_roofline: {label}: {note}", file=sys.stderr)
+            summary = f"{info['points']} level points ({', '.join(info['levels']) or 'none'})"
+    except InputError as exc:
+        print(f"plot_kernel_roofline: error: {exc}", file=sys.stderr)
+        return 2
+    if status != "ok":
+        print(f"plot_kernel_roofline: ncu capture {status}: {message}", file=sys.stderr)
+    print(
+        f"plot_kernel_roofline: {label}: {summary}, {info['above_roof']} above roof "
+        f"-> {args.png}, {args.svg}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

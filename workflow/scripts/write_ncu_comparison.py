@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""Write the report page comparing analytic and ncu FLOPs and DRAM bytes.
+
+    python workflow/scripts/write_ncu_comparison.py --ncu results/*/ncu/*.json \
+        --complexity results/complexity/*.json --envs local gcp_l4 \
+        --out results/report_sections/ncu_vs_analytic.html
+
+Parsed ncu files are keyed by their name ``{env}_{model}_{precision}_bs{batch}.json``,
+matched against the envs given and the models and batch sizes of the complexity
+files (underscores in names are never split). ``--ncu`` may be empty (a CPU-only
+study): the page then says there is no ncu data and how to get it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dnnroofline.aggregate import key_complexity
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json, write_text_atomic
+from dnnroofline.kernel_roofline import comparison_page, comparison_rows, key_ncu_files
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files")
+    ap.add_argument("--complexity", nargs="*", default=[], help="complexity JSON files")
+    ap.add_argument("--envs", nargs="*", default=[], help="the study's env names")
+    ap.add_argument("--out", required=True, help="HTML page to write")
+    args = ap.parse_args(argv)
+    try:
+        complexity = key_complexity((p, read_json(p)) for p in args.complexity)
+        by_stem = {Path(p).name.removesuffix(".json"): p for p in args.ncu}
+        models = {m for m, _ in complexity}
+        batches = {b for _, b in complexity}
+        matched, unmatched = key_ncu_files(by_stem, args.envs, models, batches)
+        docs = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
+        sources = {key: by_stem[stem] for stem, key in matched.items()}
+        rows = comparison_rows(docs, complexity, sources)
+        write_text_atomic(args.out, comparison_page(rows, [by_stem[s] for s in unmatched]))
+    except InputError as exc:
+        print(f"write_ncu_comparison: error: {exc}", file=sys.stderr)
+        return 2
+    for stem in unmatched:
+        print(
+            f"write_ncu_comparison: warning: {by_stem[stem]} matches no configured "
+            "(env, model, precision, batch); left out",
+            file=sys.stderr,
+        )
+    flagged = [r for r in rows if r["flop_flag"]]
+    print(
+        f"write_ncu_comparison: {len(rows)} captures, {len(flagged)} with FLOP ratio out of "
+        f"range -> {args.out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
