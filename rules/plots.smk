@@ -67,3 +67,51 @@ rule plot_throughput:
     shell:
         "python {params.script} --metrics {input} --png {output.png} --svg {output.svg} "
         "> {log} 2>&1"
+
+
+rule plot_interactive_env:
+    input:
+        points="results/roofline_points.csv",
+        ceilings="results/{env}/ceilings.json",
+        ncu=lambda w: [f for f in ncu_files() if f.startswith(f"results/{w.env}/ncu/")],
+    output:
+        report(
+            "results/plots/roofline_{env}.html",
+            caption="../report/roofline_interactive_env.rst",
+            category="4. Roofline",
+            labels={"figure": "interactive roofline {env}"},
+        ),
+    log:
+        "results/logs/plots/roofline_{env}_html.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_interactive.py"),
+        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+    shell:
+        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+        "--env {wildcards.env} {params.ncu} --out {output} > {log} 2>&1"
+
+
+rule plot_interactive_all:
+    input:
+        points="results/roofline_points.csv",
+        ceilings=ceilings_files(),
+        ncu=ncu_files(),
+    output:
+        report(
+            "results/plots/roofline_all.html",
+            caption="../report/roofline_interactive_all.rst",
+            category="4. Roofline",
+            labels={"figure": "interactive roofline, all envs"},
+        ),
+    log:
+        "results/logs/plots/roofline_all_html.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=script("plot_interactive.py"),
+        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+    shell:
+        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+        "{params.ncu} --out {output} > {log} 2>&1"

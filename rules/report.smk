@@ -10,6 +10,7 @@ rule report_sections:
         complexity=complexity_files(),
         ceilings=ceilings_files(),
         env_info=env_info_files(),
+        runs=run_files(),
     output:
         design=report(
             "results/report_sections/design.html",
@@ -58,4 +59,5 @@ rule report_sections:
         "python {params.script} --config {input.config} --metrics {input.metrics} "
         "--points {input.points} --complexity {input.complexity} "
         "--ceilings {input.ceilings} --env-info {input.env_info} "
-        "--expected-runs {input.matrix} --outdir {params.outdir} > {log} 2>&1"
+        "--expected-runs {input.matrix} --runs {input.runs} --outdir {params.outdir} "
+        "> {log} 2>&1"

@@ -771,3 +771,177 @@ def test_cli_reports_bad_input(tmp_path):
     assert proc.returncode == 2
     assert "ceilings.json line 1" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def two_env_inputs(baseline=None):
+    envs = {"local": {"device": "cpu", "threads": 2}, "gcp_l4": {"device": "cuda"}}
+    cfg = make_config(envs=envs)
+    if baseline:
+        cfg["report"] = {"baseline_env": baseline}
+    metrics = pd.concat([make_metrics("local"), make_metrics("gcp_l4", scale=4.0)])
+    points = pd.concat([make_points("local"), make_points("gcp_l4")])
+    return cfg, metrics, points
+
+
+def section_text(html: str, start: str, end: str) -> str:
+    return html[html.index(start) : html.index(end)]
+
+
+def test_at_a_glance_answers_the_five_questions(sections):
+    glance = section_text(sections["analysis.html"], "<h2>At a glance", "<h2>Across models")
+    row = table_row(glance, "local", "resnet50", "fp32", "8")
+    # speed with spread, GFLOP/s, AI and source, bound, efficiency, distance, lever
+    assert "20.5 (20.0–21.0)" in row and "62.5" in row and "40.0 (analytic)" in row
+    assert "compute" in row and "62.5%" in row and "1.6× below" in row
+    assert "better kernels" in row
+    above = table_row(glance, "local", "resnet50", "fp32", "16")
+    assert "above roof" in above and 'class="flag"' in above
+    noisy = table_row(glance, "local", "mobilenet_v2", "fp32", "8")
+    assert "⚠" in noisy and 'class="noisy"' in noisy
+
+
+def test_speedup_against_default_and_chosen_baseline():
+    cfg, metrics, points = two_env_inputs()
+    html = an.analysis_section(cfg, metrics, points)
+    envs = section_text(html, "<h2>Across environments", "<h2>Precision effect")
+    row = table_row(envs, "mobilenet_v2", "fp32", "16")
+    # the first configured env with results is the baseline: gcp_l4 runs 4x faster
+    assert "gcp_l4 vs local" in envs and "4.00×" in row
+    assert "240 (240–240)" in row and "60.0 (60.0–60.0)" in row
+    # efficiency per env, with the bound
+    assert "66.7% (memory)" in table_row(envs.split("Efficiency:")[1], "mobilenet_v2", "fp32", "16")
+    fastest = section_text(envs, "Fastest env per model", "Per configuration")
+    assert (
+        "<strong>mobilenet_v2</strong>: fastest on <strong>gcp_l4</strong> "
+        "(fp32, bs 16: 240 img/s), 4.00× local (fp32, bs 16: 60.0 img/s)" in fastest
+    )
+    cfg, metrics, points = two_env_inputs(baseline="gcp_l4")
+    envs = section_text(an.analysis_section(cfg, metrics, points), "<h2>Across env", "<h2>Prec")
+    assert "local vs gcp_l4" in envs and "0.25×" in table_row(envs, "mobilenet_v2", "fp32", "16")
+    cfg, metrics, points = two_env_inputs(baseline="nowhere")
+    envs = section_text(an.analysis_section(cfg, metrics, points), "<h2>Across env", "<h2>Prec")
+    assert "report.baseline_env &#x27;nowhere&#x27; has no successful runs" in envs
+
+
+def test_single_env_says_there_is_nothing_to_compare(sections):
+    envs = section_text(sections["analysis.html"], "<h2>Across environments", "<h2>Precision")
+    assert "Only local has results: no speedups yet" in envs
+    assert "measured on local only; its best configuration is fp32, bs 16: 60.0 img/s" in envs
+
+
+def test_precision_effect():
+    bf16 = make_metrics().assign(
+        precision="bf16",
+        images_per_s=lambda d: d["images_per_s"] * 2,
+        run_id=lambda d: d["run_id"].str.replace("_fp32_", "_bf16_"),
+    )
+    metrics = pd.concat([make_metrics(), bf16])
+    html = an.analysis_section(make_config(), metrics, make_points())
+    prec = section_text(html, "<h2>Precision effect", "<h2>Batch-size")
+    row = table_row(prec, "local", "resnet50", "8")
+    assert "20.5" in row and "41.0 (2.00×)" in row
+    assert "local · resnet50 · bs 8: bf16 is 2.00× fp32" in prec
+    only = section_text(
+        an.analysis_section(make_config(), make_metrics(), make_points()),
+        "<h2>Precision effect",
+        "<h2>Batch-size",
+    )
+    assert "Only one precision per env, model and batch was measured (fp32)" in only
+
+
+def test_batch_table_and_noisy_list(sections):
+    html = sections["analysis.html"]
+    scaling = section_text(html, "<h2>Batch-size scaling", "<h2>Noisy")
+    row = table_row(scaling, "local", "mobilenet_v2", "fp32")
+    assert "51.0" in row and "60.0" in row and "1.18×" in row
+    noisy = section_text(html, "<h2>Noisy configurations", "<h2>Memory")
+    assert "1 of 4 configurations are noisy" in noisy
+    assert "local · mobilenet_v2 · fp32 · bs 8</strong>: step-time CV up to 8.0%" in noisy
+
+
+def test_step_time_distribution_per_run(inputs):
+    runs = []
+    for _, r in inputs["metrics"].iterrows():
+        if r["status"] != "ok":
+            runs.append({"run_id": r["run_id"], "status": r["status"], "step_time_s": None})
+            continue
+        steps = [r["step_median_s"]] * 9
+        if r["run_id"] == "local_resnet50_fp32_bs8_run1":
+            steps = [0.38, 0.39, 0.40, 0.40, 0.41, 0.42, 0.40, 0.39, 1.2]  # one slow step
+        runs.append({"run_id": r["run_id"], "status": "ok", "step_time_s": {"all": steps}})
+    html = an.measurement_section(inputs["config"], inputs["env_infos"], inputs["metrics"], runs)
+    dist = html[html.index("<h2>Step-time distribution per run") :]
+    row = table_row(dist, "local_resnet50_fp32_bs8_run1")
+    assert "<td class=num>9</td>" in row  # steps
+    assert "1.20 s" in row or "1,200 ms" in row
+    assert "<td class=num>1</td>" in row  # one Tukey outlier
+    assert 'fill="#c0392b"' in row and "<svg class=box" in row
+    assert "noisy" in row  # the slow step pushes the CV above 5%
+    quiet = table_row(dist, "local_resnet50_fp32_bs8_run2")
+    assert "<td class=num>0</td>" in quiet and "noisy" not in quiet
+    assert "local_resnet50_fp32_bs16_run3" not in dist  # the failed run
+    # without run JSONs: the ledger's p5 / median / p95
+    html = an.measurement_section(inputs["config"], inputs["env_infos"], inputs["metrics"])
+    dist = html[html.index("<h2>Step-time distribution per run") :]
+    assert "400 ms" in table_row(dist, "local_resnet50_fp32_bs8_run1")
+
+
+def test_memory_footprint_and_largest_batch(inputs):
+    cx = make_complexity()
+    for c in cx:
+        if c["arch"] == "resnet50":
+            peak = 3e9 if c["batch_size"] == 8 else 5e9  # 1 GB fixed + 0.25 GB per image
+            c["by_precision"]["fp32"]["peak_memory_bytes"] = peak
+    html = an.analysis_section(
+        inputs["config"], inputs["metrics"], inputs["points"], inputs["env_infos"], cx
+    )
+    mem = section_text(html, "<h2>Memory footprint", "<h2>Per point")
+    row = table_row(mem, "local", "resnet50", "fp32", "16")
+    assert "5.00 GB" in row and "2.00 GB (max RSS (process))" in row and "32.0 GB RAM" in row
+    assert "15.6%" in row and "1 OOM" in row
+    # (32e9 - 1e9) / 0.25e9 = 124 images
+    assert "largest batch that fits 32.0 GB of RAM: ≈ 124 by the estimate" in mem
+    assert "bs 16 ran out of memory" in mem
+
+
+def test_memory_capacity_is_gpu_memory_on_cuda(inputs):
+    info = make_env_infos()
+    info["local"].update(device="cuda", gpus=[{"name": "L4", "memory_bytes": 24e9}])
+    m = inputs["metrics"].assign(device="cuda", peak_device_memory_bytes=4e9)
+    html = an.analysis_section(inputs["config"], m, inputs["points"], info, make_complexity())
+    mem = section_text(html, "<h2>Memory footprint", "<h2>Per point")
+    row = table_row(mem, "local", "resnet50", "fp32", "8")
+    assert "4.00 GB (peak device memory)" in row and "24.0 GB GPU memory (L4)" in row
+
+
+def test_roof_selection_is_the_roofline_modules():
+    roofs = an._roofs(
+        {
+            "roofs": [
+                {"kind": "compute", "precision": "fp16", "source": "datasheet", "value": 8e12},
+                {"kind": "compute", "precision": "fp32", "source": "measured", "value": 1e12},
+                {"kind": "compute", "precision": "fp32", "source": "bogus", "value": 9e12},
+                {"kind": "memory", "precision": None, "source": "measured", "value": 1e11},
+            ]
+        }
+    )
+    assert len(roofs) == 3  # the invalid entry is skipped, not fatal
+    assert an._pick_roof(roofs, "compute", "amp").value == 8e12  # amp is fp16 autocast
+    assert an._pick_roof(roofs, "compute", "tf32") is None  # never an fp32 peak for tf32
+    assert an._pick_roof(roofs, "compute", "fp32", sources=("datasheet",)) is None
+    assert not hasattr(an, "PRECISION_ALIASES")
+
+
+def test_schema_accepts_report_baseline_env():
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    cfg = make_config()
+    cfg["report"] = {"baseline_env": "local"}
+    jsonschema.validate(cfg, schema)
+    cfg["report"] = {"baseline": "local"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cfg, schema)

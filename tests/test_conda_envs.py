@@ -23,6 +23,7 @@ CONDA_NAME = {
     "pynvml": "nvidia-ml-py",
     "yaml": "pyyaml",
     "PIL": "pillow",
+    "vl_convert": "vl-convert-python",
 }
 # Rules that run inside Snakemake itself (run: blocks) need no env file.
 IN_PROCESS_RULES = {"all", "study_matrix"}

@@ -5,49 +5,12 @@ import json
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from workflow_helpers import BIN, ROOT, TINY, snakemake, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.workflow
-
-# The default study's models at a small image size, a few iterations and 2 repeats.
-TINY = {
-    "envs": {"local": {"device": "auto", "threads": 1}},
-    "study": {
-        "models": ["resnet18", "mobilenet_v2", "resnet50"],
-        "precisions": ["fp32"],
-        "batch_sizes": [2, 4],
-        "runs": 2,
-        "warmup_iters": 1,
-        "iters": 3,
-        "image_size": 32,
-        "data": "synthetic",
-    },
-    "ceilings": {"quick": True},
-}
-
-
-def snakemake(workdir: Path, *args, check=True, timeout=900):
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
-    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-        )
-    return proc
-
-
-def write_config(workdir: Path, config: dict) -> Path:
-    (workdir / "config").mkdir(parents=True, exist_ok=True)
-    path = workdir / "config" / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def job_counts(dry_run_output: str) -> dict[str, int]:
@@ -112,16 +75,6 @@ def test_bad_config_rejected_before_any_job(tmp_path):
     write_config(tmp_path, bad)
     proc = snakemake(tmp_path, "-n", "--cores", "1", check=False)
     assert proc.returncode != 0 and "batch_sizes" in proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def tiny_study(tmp_path_factory):
-    """The tiny study run for real with --cores 2, then the report."""
-    workdir = tmp_path_factory.mktemp("tiny")
-    write_config(workdir, TINY)
-    snakemake(workdir, "--cores", "2")
-    snakemake(workdir, "--report", "results/report.html")
-    return workdir
 
 
 def read_csv(path):

@@ -5,14 +5,15 @@
         --metrics results/metrics.csv --points results/roofline_points.csv \\
         --complexity results/complexity/*.json --ceilings results/*/ceilings.json \\
         --env-info results/*/env_info.json [--expected-runs runs.json] \\
-        --outdir results/report_sections
+        [--runs results/*/runs/*.json] --outdir results/report_sections
 
 Writes design.html, complexity.html, measurement.html, roofline.html,
 analysis.html and reproducibility.html into ``--outdir``, each atomically.
 ``--config`` is the study's YAML, or a JSON dump of the resolved config.
 ``--expected-runs`` is a JSON list of run ids, or of objects with ``run_id``
 (and ``env``, ``model``, ``precision``, ``batch_size``, ``run``); without it the
-expected runs are derived from the config.
+expected runs are derived from the config. ``--runs`` (the run JSONs) adds the
+per-step time distribution of every run to the measurement section.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceilings", nargs="*", default=[], help="results/*/ceilings.json")
     ap.add_argument("--env-info", nargs="*", default=[], help="results/*/env_info.json")
     ap.add_argument("--expected-runs", help="JSON list of expected run ids (optional)")
+    ap.add_argument("--runs", nargs="*", default=[], help="results/*/runs/*.json (optional)")
     ap.add_argument("--outdir", required=True, help="folder for the six HTML files")
     args = ap.parse_args(argv)
 
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         complexity = [_load_json(p, "--complexity") for p in args.complexity]
         ceilings = _by_env(args.ceilings, "--ceilings")
         env_infos = _by_env(args.env_info, "--env-info")
+        runs = [_load_json(p, "--runs") for p in args.runs]
         expected = None
         if args.expected_runs:
             expected = _load_json(args.expected_runs, "--expected-runs")
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         env_infos=env_infos,
         expected_runs=expected,
         config_path=None if args.config.endswith(".json") else args.config,
+        runs=[r for r in runs if isinstance(r, dict)],
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

@@ -13,6 +13,11 @@ Inputs (see docs/contracts.md):
 - ``env_infos``: ``{env: env_info JSON}`` (or a list of dicts with ``env``).
 - ``expected_runs``: optional list of run ids, or of dicts with ``run_id``
   (and ``env`` ...). Without it the expected matrix is derived from the config.
+- ``runs``: optional run JSONs (``step_time_s.all``): the per-run step-time
+  distribution of the measurement section. Without them it uses metrics.csv.
+
+``config["report"]["baseline_env"]`` names the env that speedups are computed
+against; by default the first configured env with successful runs.
 
 Every string that comes from data is escaped with :func:`html.escape`. Failed
 runs never enter throughput or roofline tables: they are listed as failures.
@@ -29,6 +34,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from dnnroofline import roofline
+from dnnroofline.errors import InputError
 
 SECTION_FILES = (
     "design.html",
@@ -299,12 +307,14 @@ table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:13px}
 caption{text-align:left;font-weight:600;padding:.3em 0}
 th,td{border:1px solid #d0d0d0;padding:.25em .55em;vertical-align:top;text-align:left}
 th{background:#f2f2f2}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{white-space:nowrap}
 tr.flag td{background:#fde2e2}tr.noisy td{background:#fff6d6}tr.failed td{background:#fdecec}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 pre{background:#f6f8fa;padding:.6em;overflow-x:auto;white-space:pre}
 .alert{border-left:4px solid #c0392b;background:#fdecea;padding:.5em .8em;margin:.6em 0}
 .warn{border-left:4px solid #d4a017;background:#fff8e1;padding:.5em .8em;margin:.6em 0}
 .note{color:#555}.bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
+svg.box{vertical-align:middle;display:block}
 """
 
 
@@ -575,44 +585,33 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _roofs(ceil: Mapping | None) -> list[dict]:
-    return [dict(r) for r in (ceil or {}).get("roofs") or [] if isinstance(r, Mapping)]
+def _roofs(ceil: Mapping | None) -> list[roofline.Roof]:
+    """The valid roofs of a ceilings JSON (dnnroofline.roofline rules; bad entries skipped).
 
-
-#: Pipeline precision -> ceilings ``precision`` names of its compute roof (amp is fp16
-#: autocast); the same rule as dnnroofline.roofline, so the report names the roofs used.
-PRECISION_ALIASES = {
-    "fp32": ("fp32",),
-    "tf32": ("tf32",),
-    "amp": ("amp", "fp16"),
-    "bf16": ("bf16",),
-}
+    The roofline stage already refused invalid ceilings; the report still renders
+    whatever is valid, so one bad entry never hides the rest.
+    """
+    entries = (ceil or {}).get("roofs") or []
+    try:
+        return roofline.parse_roofs({"roofs": list(entries)})
+    except InputError:
+        out = []
+        for e in entries:
+            try:
+                out += roofline.parse_roofs({"roofs": [e]})
+            except InputError:
+                continue
+        return out
 
 
 def _pick_roof(
-    roofs: list[dict],
+    roofs: list[roofline.Roof],
     kind: str,
     precision: str | None,
-    sources: Sequence[str] = ("measured", "datasheet"),
-) -> dict | None:
-    """The highest roof of ``kind`` (and precision) from the first of ``sources`` that has one."""
-    names = None
-    if kind == "compute":
-        p = str(precision or "").lower()
-        names = PRECISION_ALIASES.get(p, (p,))
-    cands = [
-        r
-        for r in roofs
-        if r.get("kind") == kind
-        and _isnum(r.get("value"))
-        and float(r["value"]) > 0
-        and (names is None or str(r.get("precision") or "").lower() in names)
-    ]
-    for src in sources:
-        c = [r for r in cands if r.get("source") == src]
-        if c:
-            return max(c, key=lambda r: float(r["value"]))
-    return None
+    sources: Sequence[str] = roofline.ROOF_SOURCES,
+) -> roofline.Roof | None:
+    """The roof the roofline stage uses (:func:`roofline.select_roof`), from ``sources`` only."""
+    return roofline.select_roof([r for r in roofs if r.source in sources], kind, precision)
 
 
 def ridge_for(env: str, precision: str, points: pd.DataFrame, ceilings: Mapping) -> dict | None:
@@ -631,15 +630,11 @@ def ridge_for(env: str, precision: str, points: pd.DataFrame, ceilings: Mapping)
     m = _pick_roof(roofs, "memory", None)
     if not c or not m:
         return None
-    src = (
-        c.get("source")
-        if c.get("source") == m.get("source")
-        else f"compute={c.get('source')};memory={m.get('source')}"
-    )
+    src = c.source if c.source == m.source else f"compute={c.source};memory={m.source}"
     return {
-        "ridge": float(c["value"]) / float(m["value"]),
-        "peak": float(c["value"]),
-        "bw": float(m["value"]),
+        "ridge": c.value / m.value,
+        "peak": c.value,
+        "bw": m.value,
         "source": src,
     }
 
@@ -1154,7 +1149,10 @@ def ratio_txt(a: Any, b: Any) -> str:
 
 
 def measurement_section(
-    config: Mapping, env_infos: Mapping | Sequence | None, metrics: pd.DataFrame | None
+    config: Mapping,
+    env_infos: Mapping | Sequence | None,
+    metrics: pd.DataFrame | None,
+    runs: Sequence[Mapping] | None = None,
 ) -> str:
     """How the timing was done, then throughput per configuration (ok runs only)."""
     env_infos = _keyed(env_infos)
@@ -1248,6 +1246,8 @@ def measurement_section(
             f"<p class=note>{n_fail} failed run(s) are excluded from these tables; "
             "see the analysis section for their messages.</p>"
         )
+    parts.append("<h2>Step-time distribution per run</h2>")
+    parts.append(step_distribution_html(m, runs))
     return page("Measurement", "\n".join(parts))
 
 
@@ -1304,7 +1304,7 @@ def roofline_section(
         keys = []
         ratios = []
         for r in roofs:
-            k = (r.get("kind"), r.get("precision") if r.get("kind") == "compute" else None)
+            k = (r.kind, r.precision)
             if k not in keys:
                 keys.append(k)
         for kind, prec in keys:
@@ -1313,16 +1313,16 @@ def roofline_section(
             f = fmt_flops_rate if kind == "compute" else fmt_bandwidth
             pct = "–"
             if meas and ds:
-                pct = fmt_pct(float(meas["value"]) / float(ds["value"]))
-                ratios.append((kind, prec, float(meas["value"]), float(ds["value"])))
+                pct = fmt_pct(meas.value / ds.value)
+                ratios.append((kind, prec, meas.value, ds.value))
             rows.append(
                 [
                     kind,
                     prec or "(all)",
-                    f(meas["value"]) if meas else "–",
-                    meas.get("method") or "–" if meas else "–",
-                    f(ds["value"]) if ds else "–",
-                    ds.get("citation") or "–" if ds else "–",
+                    f(meas.value) if meas else "–",
+                    (meas.note or "–") if meas else "–",
+                    f(ds.value) if ds else "–",
+                    (ds.note or "–") if ds else "–",
                     pct,
                 ]
             )
@@ -1364,7 +1364,7 @@ def roofline_section(
                 c = _pick_roof(roofs, "compute", prec, sources=(src,))
                 mm = _pick_roof(roofs, "memory", None, sources=(src,))
                 if c and mm:
-                    rrows.append([prec, src, fmt_ai(float(c["value"]) / float(mm["value"]))])
+                    rrows.append([prec, src, fmt_ai(c.value / mm.value)])
         if rrows:
             parts.append(table(["precision", "roofs", "ridge point"], rrows, num_cols=[2]))
     parts.append("<h2>Points</h2>")
@@ -1462,18 +1462,33 @@ def analysis_section(
                 "or the FLOP count.</strong></div>"
             )
 
+    parts.append("<h2>At a glance</h2>")
+    parts.append(_at_a_glance_html(pts, tp))
+
+    parts.append("<h2>Across models</h2>")
+    parts.append(_cross_model_html(tp, pts))
+    parts.append("<h2>Across environments</h2>")
+    parts.append("<h3>Fastest env per model</h3>")
+    parts.append(_fastest_env_html(tp, config))
+    parts.append("<h3>Per configuration</h3>")
+    if tp["env"].nunique() > 1:
+        parts.append(_cross_env_html(tp))
+    parts.append(_speedup_html(tp, pts, config))
+    parts.append("<h2>Precision effect</h2>")
+    parts.append(_precision_effect_html(tp, pts, config))
+    parts.append("<h2>Batch-size scaling</h2>")
+    parts.append(_batch_scaling_html(tp, pts))
+    parts.append(_batch_table_html(tp))
+    parts.append("<h2>Noisy configurations</h2>")
+    parts.append(_noisy_html(tp))
+    parts.append("<h2>Memory footprint</h2>")
+    parts.append(memory_footprint_html(config, m, cx, env_infos))
+
     parts.append("<h2>Per point</h2>")
     if pts.empty:
         parts.append("<p class=warn>No roofline points: nothing measured successfully yet.</p>")
     for _, r in pts.iterrows():
         parts.append(_point_html(r, pts, tp, cx, config, env_infos, ceilings))
-
-    parts.append("<h2>Across models</h2>")
-    parts.append(_cross_model_html(tp, pts))
-    parts.append("<h2>Across environments</h2>")
-    parts.append(_cross_env_html(tp))
-    parts.append("<h2>Batch-size scaling</h2>")
-    parts.append(_batch_scaling_html(tp, pts))
 
     parts.append("<h2>Failed runs</h2>")
     fl = failed_runs(m)
@@ -1561,8 +1576,8 @@ def _other_precision_peaks(env, prec, ceilings) -> list[str]:
         if p == prec:
             continue
         r = _pick_roof(roofs, "compute", p)
-        if r and (not cur or float(r["value"]) > float(cur["value"]) * 1.05):
-            out.append(f"{p} {fmt_flops_rate(r['value'])}")
+        if r and (not cur or r.value > cur.value * 1.05):
+            out.append(f"{p} {fmt_flops_rate(r.value)}")
     return out
 
 
@@ -1839,6 +1854,575 @@ def _batch_scaling_html(tp: pd.DataFrame, pts: pd.DataFrame) -> str:
     return "<ul>\n" + "\n".join(out) + "\n</ul>"
 
 
+# --------------------------------------------------------------------------- comparisons
+
+
+def short_lever(bound: str | None, efficiency: Any, above: Any = False) -> str:
+    """One line on what would move a point (the per-point analysis says it in full)."""
+    if _to_bool(above):
+        return "fix the numbers first: above its roof means a wrong peak or FLOP count"
+    if _isnum(efficiency) and float(efficiency) < LOW_EFFICIENCY:
+        return "overheads, not a roof: larger batch, torch.compile, fewer small kernels"
+    if bound == "memory":
+        return "raise AI: larger batch, operator fusion, lower-precision activations"
+    if bound == "compute":
+        if _isnum(efficiency) and float(efficiency) >= HIGH_EFFICIENCY:
+            return "near its roof: only a higher roof helps (tensor cores, lower precision)"
+        return "better kernels (cuDNN/oneDNN, torch.compile) or a higher roof"
+    return "unknown bound"
+
+
+def _env_order(config: Mapping | None, *frames: pd.DataFrame) -> list[str]:
+    envs = list(_envs(config))
+    for f in frames:
+        for e in f["env"] if len(f) else []:
+            if e and e not in envs:
+                envs.append(e)
+    return envs
+
+
+def baseline_env(config: Mapping | None, tp: pd.DataFrame) -> tuple[str | None, str | None]:
+    """(baseline, note): ``report.baseline_env`` if it has results, else the first env that does."""
+    have = set(tp["env"]) if len(tp) else set()
+    order = [e for e in _env_order(config, tp) if e in have]
+    if not order:
+        return None, None
+    want = ((config or {}).get("report") or {}).get("baseline_env")
+    if want and want in have:
+        return str(want), None
+    if want:
+        return order[0], (
+            f"report.baseline_env {want!r} has no successful runs; speedups are against "
+            f"{order[0]} instead."
+        )
+    return order[0], None
+
+
+def _ips_cell(r: Mapping) -> str:
+    s = f"{sig(r['ips_median'])} ({sig(r['ips_min'])}–{sig(r['ips_max'])})"
+    return s + (" ⚠" if r["noisy"] else "")
+
+
+def _at_a_glance_html(pts: pd.DataFrame, tp: pd.DataFrame) -> str:
+    """One row per point: the five questions (speed, bound, distance from roof, lever)."""
+    if pts.empty:
+        return "<p class=warn>No roofline points yet.</p>"
+    rows, classes = [], []
+    for _, r in pts.iterrows():
+        t = tp[
+            (tp["env"] == r["env"])
+            & (tp["model"] == r["model"])
+            & (tp["precision"] == r["precision"])
+            & (tp["batch_size"] == r["batch_size"])
+        ]
+        t = t.iloc[0] if len(t) else None
+        headroom = (
+            r["roof_flops"] / r["attained_flops"]
+            if _isnum(r["roof_flops"]) and _isnum(r["attained_flops"]) and r["attained_flops"] > 0
+            else math.nan
+        )
+        rows.append(
+            [
+                r["env"],
+                r["model"],
+                r["precision"],
+                int(r["batch_size"]),
+                _ips_cell(t) if t is not None else sig(r["images_per_s"]),
+                sig(r["attained_flops"] / 1e9) if _isnum(r["attained_flops"]) else "–",
+                f"{sig(r['ai'])} ({r['ai_source'] or '?'})",
+                r["bound_"] or "–",
+                fmt_pct(r["eff"]),
+                Raw("<span class=bad>above roof</span>")
+                if r["above"]
+                else (f"{headroom:.1f}× below" if _isnum(headroom) else "–"),
+                short_lever(r["bound_"], r["eff"], r["above"]),
+            ]
+        )
+        classes.append("flag" if r["above"] else "noisy" if t is not None and t["noisy"] else None)
+    return table(
+        [
+            "env",
+            "model",
+            "precision",
+            "batch",
+            "images/s (min–max)",
+            "GFLOP/s",
+            "AI FLOP/B (source)",
+            "bound",
+            "efficiency",
+            "distance from roof",
+            "what would move it",
+        ],
+        rows,
+        num_cols=[3, 4, 5, 6, 8, 9],
+        row_classes=classes,
+    ) + (
+        "<p class=note>Efficiency = attained / roof at the point's AI; distance = roof / "
+        "attained. ⚠ marks a noisy configuration (CV above "
+        f"{fmt_pct(NOISY_CV, 0)}). Each point is explained in full under “Per point”.</p>"
+    )
+
+
+def _fastest_env_html(tp: pd.DataFrame, config: Mapping | None) -> str:
+    """Per model: the fastest env at its best configuration, and by how much."""
+    if tp.empty:
+        return "<p class=warn>No successful runs yet.</p>"
+    items = []
+    envs = _env_order(config, tp)
+    for model, g in tp.groupby("model", sort=True):
+        best = []
+        for env in envs:
+            ge = g[g["env"] == env]
+            if len(ge):
+                best.append(ge.loc[ge["ips_median"].idxmax()])
+        best.sort(key=lambda r: -r["ips_median"])
+        top = best[0]
+
+        def cfg(r):
+            return f"{r['precision']}, bs {int(r['batch_size'])}: {fmt_ips(r['ips_median'])}"
+
+        if len(best) == 1:
+            items.append(
+                f"<strong>{esc(model)}</strong>: measured on {esc(top['env'])} only; its best "
+                f"configuration is {esc(cfg(top))}."
+            )
+            continue
+        rest = [
+            f"{fmt_ratio(top['ips_median'] / r['ips_median'])} {r['env']} ({cfg(r)})"
+            for r in best[1:]
+            if r["ips_median"] > 0
+        ]
+        items.append(
+            f"<strong>{esc(model)}</strong>: fastest on <strong>{esc(top['env'])}</strong> "
+            f"({esc(cfg(top))}), {esc(_join(rest))}."
+        )
+    return _ul(items)
+
+
+def _speedup_html(tp: pd.DataFrame, pts: pd.DataFrame, config: Mapping | None) -> str:
+    """Throughput per (model, precision, batch) and env, with speedups against the baseline."""
+    if tp.empty:
+        return "<p class=warn>No successful runs yet.</p>"
+    base, note = baseline_env(config, tp)
+    envs = [e for e in _env_order(config, tp) if e in set(tp["env"])]
+    others = [e for e in envs if e != base]
+    parts = []
+    if note:
+        parts.append(f"<p class=warn>{esc(note)}</p>")
+    if not others:
+        parts.append(
+            f"<p class=note>Only {esc(base)} has results: no speedups yet. Copy another "
+            "machine's results/&lt;env&gt;/ here (or list it under envs) to compare; set "
+            "<code>report: {baseline_env: …}</code> to choose the env speedups are "
+            "measured against.</p>"
+        )
+    idx = tp.set_index(GROUP)
+    pidx = pts.set_index(GROUP) if len(pts) else None
+    rows, erows = [], []
+    for (model, prec, b), _g in tp.groupby(["model", "precision", "batch_size"], sort=True):
+        row = [model, prec, int(b)]
+        erow = [model, prec, int(b)]
+        for env in envs:
+            key = (env, model, prec, b)
+            row.append(_ips_cell(idx.loc[key]) if key in idx.index else "–")
+            if pidx is not None and key in pidx.index:
+                p = pidx.loc[key]
+                erow.append(f"{fmt_pct(p['eff'])} ({p['bound_'] or '?'})")
+            else:
+                erow.append("–")
+        bkey = (base, model, prec, b)
+        for env in others:
+            key = (env, model, prec, b)
+            if key in idx.index and bkey in idx.index and idx.loc[bkey]["ips_median"] > 0:
+                row.append(fmt_ratio(idx.loc[key]["ips_median"] / idx.loc[bkey]["ips_median"]))
+            else:
+                row.append("–")
+        rows.append(row)
+        erows.append(erow)
+    heads = ["model", "precision", "batch"] + [f"{e} images/s (min–max)" for e in envs]
+    heads += [f"{e} vs {base}" for e in others]
+    parts.append(
+        table(
+            heads,
+            rows,
+            num_cols=range(2, len(heads)),
+            caption=f"Throughput: median over repeats (min–max); speedup against {base}",
+        )
+    )
+    parts.append(
+        table(
+            ["model", "precision", "batch"] + envs,
+            erows,
+            num_cols=range(2, 3 + len(envs)),
+            caption="Efficiency: attained FLOP/s as a share of the roof at the point's AI (bound)",
+        )
+    )
+    return "\n".join(parts)
+
+
+def _precision_effect_html(tp: pd.DataFrame, pts: pd.DataFrame, config: Mapping | None) -> str:
+    """fp32 vs tf32 vs amp vs bf16 on the same env, model and batch."""
+    out_rows, sentences = [], []
+    order = {p: i for i, p in enumerate(PRECISIONS)}
+    precs_all = sorted(set(tp["precision"]) if len(tp) else set(), key=lambda p: order.get(p, 9))
+    for (env, model, b), g in tp.groupby(["env", "model", "batch_size"], sort=True):
+        if g["precision"].nunique() < 2:
+            continue
+        by = {r["precision"]: r for _, r in g.iterrows()}
+        ref = "fp32" if "fp32" in by else sorted(by, key=lambda p: order.get(p, 9))[0]
+        row = [env, model, int(b)]
+        for p in precs_all:
+            if p not in by:
+                row.append("–")
+                continue
+            cell = sig(by[p]["ips_median"])
+            if p != ref and by[ref]["ips_median"] > 0:
+                cell += f" ({fmt_ratio(by[p]['ips_median'] / by[ref]['ips_median'])})"
+            row.append(cell)
+        out_rows.append(row)
+        best = max(by.values(), key=lambda r: r["ips_median"])
+        if best["precision"] != ref and by[ref]["ips_median"] > 0:
+            sentences.append(
+                f"{env} · {model} · bs {int(b)}: {best['precision']} is "
+                f"{fmt_ratio(best['ips_median'] / by[ref]['ips_median'])} {ref}"
+            )
+        else:
+            sentences.append(f"{env} · {model} · bs {int(b)}: no lower precision beats {ref} here")
+    if not out_rows:
+        measured = _join(precs_all) or "none"
+        return (
+            f"<p class=note>Only one precision per env, model and batch was measured "
+            f"({esc(measured)}): no precision comparison. Add precisions to "
+            "<code>study.precisions</code> (or an env's <code>precisions</code>): bf16 runs on "
+            "CPUs and recent GPUs, tf32 and amp need CUDA.</p>"
+        )
+    return table(
+        ["env", "model", "batch"] + [f"{p} images/s" for p in precs_all],
+        out_rows,
+        num_cols=range(2, 3 + len(precs_all)),
+        caption="Precision effect: images/s (× the fp32 run of the same env, model and batch)",
+    ) + _ul(esc(s) + "." for s in sentences)
+
+
+def _batch_table_html(tp: pd.DataFrame) -> str:
+    batches = sorted({int(b) for b in tp["batch_size"]}) if len(tp) else []
+    rows = []
+    for (env, model, prec), g in tp.groupby(["env", "model", "precision"], sort=True):
+        if g["batch_size"].nunique() < 2:
+            continue
+        by = {int(r["batch_size"]): r["ips_median"] for _, r in g.iterrows()}
+        row = [env, model, prec] + [sig(by[b]) if b in by else "–" for b in batches]
+        lo, hi = by[min(by)], by[max(by)]
+        row.append(fmt_ratio(hi / lo) if lo > 0 else "–")
+        rows.append(row)
+    if not rows:
+        return ""
+    return table(
+        ["env", "model", "precision"] + [f"bs {b}" for b in batches] + ["largest / smallest"],
+        rows,
+        num_cols=range(3, 4 + len(batches)),
+        caption="Images/s (median over repeats) per batch size",
+    )
+
+
+def _noisy_html(tp: pd.DataFrame) -> str:
+    noisy = tp[tp["noisy"]] if len(tp) else tp
+    if not len(noisy):
+        if tp.empty:
+            return "<p class=note>No successful runs.</p>"
+        return (
+            f"<p class=ok>No noisy configuration: every step-time CV and repeat-to-repeat CV "
+            f"is at most {fmt_pct(NOISY_CV, 0)}.</p>"
+        )
+    items = []
+    for _, r in noisy.iterrows():
+        why = []
+        if _isnum(r["step_cv_max"]) and r["step_cv_max"] > NOISY_CV:
+            why.append(f"step-time CV up to {fmt_pct(r['step_cv_max'])}")
+        if _isnum(r["repeat_cv"]) and r["repeat_cv"] > NOISY_CV:
+            why.append(f"images/s varies {fmt_pct(r['repeat_cv'])} between repeats")
+        items.append(
+            f"<strong>{esc(_label(r))}</strong>: {esc(_join(why))} "
+            f"({esc(sig(r['ips_min']))}–{esc(sig(r['ips_max']))} img/s)"
+        )
+    return (
+        f"<p>{len(noisy)} of {len(tp)} configurations are noisy (CV above "
+        f"{fmt_pct(NOISY_CV, 0)}): their numbers carry more uncertainty than the others. "
+        "Quiet the machine, pin threads, or raise <code>study.iters</code> and "
+        "<code>study.runs</code>. Per-run step-time distributions are in the measurement "
+        "section.</p>" + _ul(items)
+    )
+
+
+# ---- step-time distribution per run
+
+
+def _box_svg(values: Sequence[float], lo: float, hi: float, w: int = 180, h: int = 16) -> Raw:
+    """A tiny horizontal box plot (Tukey whiskers, outliers in red) on the scale lo..hi."""
+    v = np.asarray([x for x in values if _isnum(x)], dtype=float)
+    if not len(v) or not (hi > lo):
+        return Raw("")
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    iqr = q3 - q1
+    inl = v[(v >= q1 - 1.5 * iqr) & (v <= q3 + 1.5 * iqr)]
+    wlo, whi = (inl.min(), inl.max()) if len(inl) else (q1, q3)
+    out = v[(v < q1 - 1.5 * iqr) | (v > q3 + 1.5 * iqr)]
+
+    def x(t):
+        return 2 + (float(t) - lo) / (hi - lo) * (w - 4)
+
+    y = h / 2
+    parts = [
+        f'<svg class=box width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">',
+        f"<title>median {fmt_time(med)}, IQR {fmt_time(q1)}–{fmt_time(q3)}, "
+        f"{len(out)} outlier(s)</title>",
+        f'<line x1="{x(wlo):.1f}" x2="{x(whi):.1f}" y1="{y}" y2="{y}" stroke="#555"/>',
+        f'<rect x="{x(q1):.1f}" y="3" width="{max(x(q3) - x(q1), 1):.1f}" height="{h - 6}" '
+        'fill="#cfe0f3" stroke="#1f77b4"/>',
+        f'<line x1="{x(med):.1f}" x2="{x(med):.1f}" y1="2" y2="{h - 2}" stroke="#000" '
+        'stroke-width="1.5"/>',
+    ]
+    parts += [f'<circle cx="{x(t):.1f}" cy="{y}" r="2.5" fill="#c0392b"/>' for t in out]
+    return Raw("".join(parts) + "</svg>")
+
+
+def run_step_stats(run: Mapping) -> dict | None:
+    """Per-step time statistics of one run JSON (None for a failed run)."""
+    st = run.get("step_time_s") or {}
+    vals = [float(x) for x in st.get("all") or [] if _isnum(x)]
+    if not vals:
+        return None
+    v = np.asarray(vals)
+    q1, q3 = np.percentile(v, [25, 75])
+    iqr = q3 - q1
+    n_out = int(((v < q1 - 1.5 * iqr) | (v > q3 + 1.5 * iqr)).sum())
+    cv = float(v.std(ddof=1) / v.mean()) if len(v) > 1 and v.mean() > 0 else math.nan
+    return {
+        "all": vals,
+        "n": len(v),
+        "min": float(v.min()),
+        "p5": float(np.percentile(v, 5)),
+        "median": float(np.median(v)),
+        "p95": float(np.percentile(v, 95)),
+        "max": float(v.max()),
+        "cv": cv,
+        "outliers": n_out,
+    }
+
+
+def step_distribution_html(metrics: pd.DataFrame, runs: Sequence[Mapping] | None) -> str:
+    """Per run: min, p5, median, p95, max, CV, Tukey outliers and a box plot of step times."""
+    ok = ok_runs(metrics)
+    by_id = {}
+    for run in runs or []:
+        if isinstance(run, Mapping) and run.get("run_id"):
+            by_id[str(run["run_id"])] = run
+    if ok.empty:
+        return "<p class=note>No successful runs.</p>"
+    rows, classes = [], []
+    n_out_total = 0
+    for _key, g in ok.sort_values("run_id").groupby(GROUP, sort=True):
+        stats = {rid: run_step_stats(by_id[rid]) if rid in by_id else None for rid in g["run_id"]}
+        vals = [x for s in stats.values() if s for x in s["all"]]
+        lo, hi = (min(vals), max(vals)) if vals else (math.nan, math.nan)
+        for _, r in g.iterrows():
+            s = stats.get(r["run_id"])
+            if s:
+                cells = [
+                    s["n"],
+                    fmt_time(s["min"]),
+                    fmt_time(s["p5"]),
+                    fmt_time(s["median"]),
+                    fmt_time(s["p95"]),
+                    fmt_time(s["max"]),
+                    fmt_pct(s["cv"]),
+                    s["outliers"],
+                    _box_svg(s["all"], lo, hi),
+                ]
+                cv = s["cv"]
+                n_out_total += s["outliers"]
+            else:  # no run JSON given: the ledger's summary
+                cells = [
+                    "–",
+                    "–",
+                    fmt_time(r["step_p5_s"]),
+                    fmt_time(r["step_median_s"]),
+                    fmt_time(r["step_p95_s"]),
+                    "–",
+                    fmt_pct(r["step_cv"]),
+                    "–",
+                    "",
+                ]
+                cv = r["step_cv"]
+            noisy = _isnum(cv) and cv > NOISY_CV
+            rows.append([r["run_id"], *cells, Raw("<span class=bad>noisy</span>") if noisy else ""])
+            classes.append("noisy" if noisy else None)
+    intro = (
+        "<p>Every timed step of every ok run. Box: quartiles; bar: median; whiskers: the "
+        "steps within 1.5 × IQR; red dots: outlier steps beyond that (Tukey). Runs of one "
+        f"configuration share a scale, so repeats can be compared by eye. {n_out_total} "
+        f"outlier step(s) in all; runs with a step-time CV above {fmt_pct(NOISY_CV, 0)} are "
+        "flagged noisy.</p>"
+    )
+    return intro + table(
+        [
+            "run",
+            "steps",
+            "min",
+            "p5",
+            "median",
+            "p95",
+            "max",
+            "CV",
+            "outliers",
+            "distribution (shared scale per configuration)",
+            "noise",
+        ],
+        rows,
+        num_cols=range(1, 9),
+        row_classes=classes,
+    )
+
+
+# ---- memory footprint
+
+
+def _device_capacity(env: str, info: Mapping) -> tuple[float, str]:
+    """(bytes, what) of the memory a run of ``env`` must fit in."""
+    gpus = [g for g in info.get("gpus") or [] if isinstance(g, Mapping)]
+    if str(info.get("device")) == "cuda" and gpus and _isnum(gpus[0].get("memory_bytes")):
+        return float(gpus[0]["memory_bytes"]), f"GPU memory ({gpus[0].get('name')})"
+    if _isnum(info.get("ram_bytes")):
+        return float(info["ram_bytes"]), "RAM"
+    return math.nan, "unknown"
+
+
+def _fit_largest_batch(batches: Sequence[float], peaks: Sequence[float], capacity: float):
+    """Largest batch under ``capacity`` on the line peak = a + b·batch (None if not growing)."""
+    pairs = [(float(b), float(p)) for b, p in zip(batches, peaks, strict=True) if _isnum(p)]
+    if len({b for b, _ in pairs}) < 2 or not _isnum(capacity):
+        return None
+    slope, icpt = np.polyfit([b for b, _ in pairs], [p for _, p in pairs], 1)
+    if slope <= 0:
+        return None
+    return max(0, int((capacity - icpt) // slope))
+
+
+def _estimated_peak(c: Mapping, precision: str) -> float:
+    by = (c.get("by_precision") or {}).get(precision) or {}
+    v = by.get("peak_memory_bytes") if isinstance(by, Mapping) else None
+    v = v if _isnum(v) else c.get("peak_memory_bytes")
+    return float(v) if _isnum(v) else math.nan
+
+
+def memory_footprint_html(
+    config: Mapping | None, metrics: pd.DataFrame, cx: Mapping, env_infos: Mapping
+) -> str:
+    """Estimated and measured peak memory per point against the device's, and the largest batch."""
+    m = prepare_metrics(metrics)
+    keys = m.dropna(subset=["batch_size"]).groupby(GROUP, sort=True) if len(m) else []
+    rows, classes, fits = [], [], {}
+    for (env, model, prec, b), g in keys:
+        info = env_infos.get(env) or {}
+        cap, what = _device_capacity(env, info)
+        c = cx.get((model, int(b))) or {}
+        est = _estimated_peak(c, prec) if c else math.nan
+        dev = info.get("device")
+        if not dev and g["device"].notna().any():
+            dev = g["device"].dropna().iloc[0]
+        dev = str(dev or "")
+        ok = g[g["status"] == "ok"]
+        if dev == "cuda":
+            meas, meas_what = ok["peak_device_memory_bytes"].max(), "peak device memory"
+        else:
+            meas, meas_what = ok["max_rss_bytes"].max(), "max RSS (process)"
+        n_oom = int((g["status"] == "oom").sum())
+        status = (
+            Raw("<span class=bad>OOM</span>")
+            if n_oom and not len(ok)
+            else Raw(f"<span class=bad>{n_oom} OOM</span>")
+            if n_oom
+            else "fits"
+            if len(ok)
+            else "failed"
+        )
+        rows.append(
+            [
+                env,
+                model,
+                prec,
+                int(b),
+                fmt_bytes(est),
+                f"{fmt_bytes(meas)} ({meas_what})" if _isnum(meas) else "–",
+                f"{fmt_bytes(cap)} {what}" if _isnum(cap) else "–",
+                fmt_pct(max(meas, est) / cap if _isnum(meas) else est / cap)
+                if _isnum(cap)
+                else "–",
+                status,
+            ]
+        )
+        classes.append("failed" if n_oom else None)
+        f = fits.setdefault((env, model, prec), {"b": [], "est": [], "meas": [], "oom": []})
+        f["b"].append(float(b))
+        f["est"].append(est)
+        f["meas"].append(float(meas) if _isnum(meas) else math.nan)
+        if n_oom:
+            f["oom"].append(int(b))
+    if not rows:
+        return "<p class=note>No runs yet.</p>"
+    parts = [
+        table(
+            [
+                "env",
+                "model",
+                "precision",
+                "batch",
+                "estimated peak (complexity)",
+                "measured",
+                "device memory",
+                "share used",
+                "status",
+            ],
+            rows,
+            num_cols=[3, 4, 5, 6, 7],
+            row_classes=classes,
+        )
+    ]
+    items = []
+    for (env, model, prec), f in fits.items():
+        cap, what = _device_capacity(env, env_infos.get(env) or {})
+        if not _isnum(cap):
+            continue
+        est_b = _fit_largest_batch(f["b"], f["est"], cap)
+        meas_b = _fit_largest_batch(f["b"], f["meas"], cap)
+        bits = []
+        if est_b is not None:
+            bits.append(f"≈ {est_b:,} by the estimate")
+        if meas_b is not None:
+            bits.append(f"≈ {meas_b:,} extrapolated from the measured peaks")
+        if f["oom"]:
+            bits.append(f"bs {min(f['oom'])} ran out of memory")
+        if bits:
+            items.append(
+                f"<strong>{esc(env)} · {esc(model)} · {esc(prec)}</strong>: largest batch that "
+                f"fits {esc(fmt_bytes(cap))} of {esc(what)}: {esc(_join(bits, 'and'))}."
+            )
+    parts.append(
+        "<p>Estimated peak = parameters, gradients, optimizer state, saved activations and "
+        "workspace (complexity stage). Measured: the peak device memory on GPUs; on CPUs the "
+        "process's max RSS, which also holds the Python and PyTorch runtime (hundreds of MB). "
+        "The largest batch that fits is a straight-line fit of peak memory against batch size "
+        "(activations grow linearly with it), solved for the device's memory; treat it as an "
+        "upper bound (fragmentation, other processes).</p>"
+    )
+    parts.append(
+        _ul(items)
+        if items
+        else "<p class=note>One batch size per configuration: no line to extrapolate.</p>"
+    )
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------------------- reproducibility
 
 
@@ -2049,14 +2633,15 @@ def all_sections(
     env_infos: Mapping | Sequence | None = None,
     expected_runs: Any = None,
     config_path: str | None = None,
+    runs: Sequence[Mapping] | None = None,
 ) -> dict[str, str]:
-    """``{filename: html}`` for the six report sections."""
+    """``{filename: html}`` for the six report sections (``runs``: run JSONs, optional)."""
     return {
         "design.html": design_section(
             config, env_infos, metrics, points, complexity, ceilings, expected_runs
         ),
         "complexity.html": complexity_section(complexity),
-        "measurement.html": measurement_section(config, env_infos, metrics),
+        "measurement.html": measurement_section(config, env_infos, metrics, runs),
         "roofline.html": roofline_section(ceilings, points, config),
         "analysis.html": analysis_section(
             config, metrics, points, env_infos, complexity, ceilings, expected_runs

@@ -1,0 +1,99 @@
+#!/usr/bin/env python
+"""Write an interactive roofline (Vega-Lite, data and JavaScript inlined) as one HTML file.
+
+    python workflow/scripts/plot_interactive.py --points results/roofline_points.csv \
+        --ceilings results/*/ceilings.json [--env local] [--ncu results/*/ncu/*.json] \
+        --out results/plots/roofline_local.html
+
+With --env only that env's points, roofs and kernels are drawn; without it every
+env whose ceilings are given. Parsed ncu JSONs (named
+``{env}_{model}_{precision}_bs{batch}.json``) add one point per profiled kernel.
+The page loads nothing from the network: open it in any browser, offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from dnnroofline.aggregate import GROUP_KEYS, POINTS_DTYPES, key_ceilings, match_ncu_stems
+from dnnroofline.errors import InputError
+from dnnroofline.interactive import roofline_page
+from dnnroofline.io import read_json, write_text_atomic
+
+
+def load_json(path: str):
+    try:
+        return read_json(path)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
+
+
+def load_ncu(paths: list[str], points: pd.DataFrame) -> dict[tuple, dict]:
+    """{(env, model, precision, batch): parsed ncu JSON} for files that match a point."""
+    groups = [tuple(k) for k in points[GROUP_KEYS].drop_duplicates().itertuples(index=False)]
+    by_stem = {Path(p).name.removesuffix(".json"): p for p in paths}
+    matched, unmatched = match_ncu_stems(by_stem, groups)
+    for stem in unmatched:
+        print(
+            f"plot_interactive: warning: {by_stem[stem]} matches no point; ignored", file=sys.stderr
+        )
+    out = {}
+    for stem, key in matched.items():
+        doc = load_json(by_stem[stem])
+        if isinstance(doc, dict) and doc.get("status", "ok") == "ok":
+            out[key] = doc
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", required=True, help="roofline points CSV")
+    ap.add_argument("--ceilings", nargs="+", required=True, help="ceilings JSON files")
+    ap.add_argument("--env", help="draw only this env (default: all envs given)")
+    ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files (optional)")
+    ap.add_argument("--out", required=True, help="HTML file to write")
+    ap.add_argument("--title", help="chart title")
+    args = ap.parse_args(argv)
+    try:
+        try:
+            points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
+        ceilings, sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
+        if args.env is not None:
+            if args.env not in ceilings:
+                raise InputError(
+                    f"--env {args.env!r}: no ceilings file for it among {args.ceilings}"
+                )
+            ceilings = {args.env: ceilings[args.env]}
+            points = points[points["env"] == args.env].reset_index(drop=True)
+        ncu = load_ncu(args.ncu, points)
+        envs = sorted(ceilings)
+        title = args.title or (
+            f"Roofline: {args.env}" if args.env else f"Roofline: {', '.join(envs)}"
+        )
+        devices = [
+            str(ceilings[e].get("device_name") or ceilings[e].get("device") or "") for e in envs
+        ]
+        subtitle = "; ".join(f"{e}: {d}" for e, d in zip(envs, devices, strict=True) if d)
+        html = roofline_page(
+            points, ceilings, ncu, title=title, subtitle=subtitle, ceilings_sources=sources
+        )
+    except InputError as exc:
+        print(f"plot_interactive: error: {exc}", file=sys.stderr)
+        return 2
+    write_text_atomic(args.out, html)
+    print(
+        f"plot_interactive: {len(points)} point rows, {len(ncu)} ncu profiles -> {args.out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
