@@ -2,17 +2,30 @@
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
+from dnnroofline.errors import InputError
+from dnnroofline.study import check_config_files, schema_error_message
+
 
 configfile: "config/config.yaml"
 
 
-validate(config, "config/schema.yaml")
+# A bad config stops here, before any job, with one line naming the key and value.
+try:
+    check_config_files(workflow.configfiles, yaml.compose)
+    validate(config, "config/schema.yaml")
+except InputError as err:
+    raise WorkflowError(f"Invalid config: {err}") from None
+except WorkflowError as err:
+    if err.__context__ is None or not hasattr(err.__context__, "absolute_path"):
+        raise
+    raise WorkflowError(schema_error_message(err.__context__)) from None
 
 
 report: "report/workflow.rst"
@@ -31,4 +44,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets(),
+        all_targets() + ncu_targets(),

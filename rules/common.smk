@@ -1,7 +1,11 @@
 # Config helpers and target functions. The study logic lives in dnnroofline.study.
 import glob
+import json
 import os
 
+from snakemake.logging import logger
+
+from dnnroofline.envinfo import check_copied_env
 from dnnroofline.errors import InputError
 from dnnroofline.study import Study, alternation, detect_device
 
@@ -44,13 +48,54 @@ def run_path(r):
     return f"results/{r.env}/runs/{r.run_id}.json"
 
 
+def find_copied_envs():
+    """Envs not measured here whose results were copied into results/{env}/.
+
+    A copied folder must be whole (env_info.json and ceilings.json) and come from the
+    machine its env declares; otherwise the study stops here, before any job, rather
+    than ignore those results or file them under the wrong machine.
+    """
+    found = []
+    for env in ENVS:
+        folder = f"results/{env}"
+        if env in MEASURED or not os.path.isdir(folder):
+            continue
+        runs = glob.glob(f"{folder}/runs/*.json")
+        have = [
+            n
+            for n in ("env_info.json", "ceilings.json")
+            if os.path.exists(f"{folder}/{n}")
+        ]
+        if not have and not runs:
+            continue
+        lacking = [n for n in ("env_info.json", "ceilings.json") if n not in have]
+        if lacking:
+            raise WorkflowError(
+                f"{folder}/ holds results of env {env!r}, which this machine does not "
+                f"measure, but lacks {' and '.join(lacking)}: copy the whole results/{env}/ "
+                f"folder from env {env!r}'s machine (after its env_info and ceilings jobs ran)"
+            )
+        where = f"{folder}/env_info.json"
+        try:
+            with open(where) as fh:
+                fingerprint = json.load(fh)
+            check_copied_env(env, config["envs"][env], fingerprint, where)
+        except (OSError, ValueError) as err:
+            raise WorkflowError(
+                f"{where}: cannot read the copied fingerprint: {err}"
+            ) from None
+        except InputError as err:
+            raise WorkflowError(str(err)) from None
+        found.append(env)
+    return found
+
+
+COPIED = find_copied_envs()
+
+
 def copied_envs():
-    """Envs not measured here whose results were copied into results/{env}/."""
-    return [
-        e
-        for e in ENVS
-        if e not in MEASURED and os.path.exists(f"results/{e}/ceilings.json")
-    ]
+    """Envs not measured here whose (checked) results were copied into results/{env}/."""
+    return list(COPIED)
 
 
 def reported_envs():
@@ -58,10 +103,24 @@ def reported_envs():
 
 
 def run_files():
-    """Runs measured here, plus every run JSON copied in from other machines."""
+    """Runs measured here, plus the study's runs copied in from other machines.
+
+    A copied run enters when its id is in the study's matrix for its env; a copied run
+    outside it (a batch size or model this config does not list) is left out, and named.
+    """
     files = [run_path(r) for r in STUDY.runs(MEASURED)]
     for env in copied_envs():
-        files += sorted(glob.glob(f"results/{env}/runs/*.json"))
+        present = set(glob.glob(f"results/{env}/runs/*.json"))
+        wanted = [run_path(r) for r in STUDY.runs([env])]
+        files += [f for f in wanted if f in present]
+        extra = sorted(present - set(wanted))
+        if extra:
+            logger.warning(
+                f"{len(extra)} copied run(s) of env {env!r} are outside this study's matrix "
+                f"and left out of metrics.csv (add their model/batch/precision/repeat to the "
+                f"config to include them): {', '.join(os.path.basename(f) for f in extra[:5])}"
+                + (" ..." if len(extra) > 5 else "")
+            )
     return files
 
 
@@ -123,6 +182,8 @@ def plot_files():
         "throughput",
     ]:
         files += [f"results/plots/{name}.png", f"results/plots/{name}.svg"]
+    # interactive rooflines (Vega-Lite, self-contained HTML)
+    files += [f"results/plots/roofline_{e}.html" for e in reported_envs() + ["all"]]
     return files
 
 

@@ -1,4 +1,6 @@
-# The machine: its fingerprint and its measured and datasheet ceilings.
+# The machine: its fingerprint and its measured and datasheet ceilings. env_info
+# refuses a machine that is not what the env declares; every measurement depends on it
+# and checks its own machine against it again (a copied, stale env_info.json).
 
 
 rule env_info:
@@ -13,12 +15,12 @@ rule env_info:
         declared=lambda w: declared_machine_flags(w.menv),
     shell:
         "python {params.script} --env {wildcards.menv} {params.declared} "
-        "--out {output} > {log} 2>&1"
+        "--out {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"
 
 
 rule ceilings:
     input:
-        "results/{menv}/env_info.json",
+        ancient("results/{menv}/env_info.json"),
     output:
         "results/{menv}/ceilings.json",
     log:
@@ -35,6 +37,11 @@ rule ceilings:
         device=lambda w: STUDY.device(w.menv),
         precisions=lambda w: " ".join(STUDY.precisions(w.menv)),
         quick="--quick" if config.get("ceilings", {}).get("quick") else "",
+        check=script("env_info.py"),
+        declared=lambda w: declared_machine_flags(w.menv),
     shell:
-        "python {params.script} --env {wildcards.menv} --device {params.device} "
-        "--precisions {params.precisions} {params.quick} --out {output} > {log} 2>&1"
+        # first refuse a machine that is not the one env_info.json describes
+        "python {params.check} --env {wildcards.menv} {params.declared} --verify {input} "
+        "> {log} 2>&1 && python {params.script} --env {wildcards.menv} --device {params.device} "
+        "--precisions {params.precisions} {params.quick} --out {output} >> {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

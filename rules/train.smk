@@ -1,10 +1,14 @@
 # Timed, uninstrumented training runs: one measurement at a time (resource
-# "measurement", capped at 1 by profiles/default), with the env's threads.
+# "measurement", capped at 1 by profiles/default), with the env's threads. A crash or
+# OOM inside a run is that run's status (exit 0); the driver refuses (exit 2, nothing
+# written, the reason shown) a machine that is not the env's (--env-info).
 
 
 rule train:
     input:
-        "results/{menv}/env_info.json",
+        # ancient: a re-taken fingerprint (e.g. after editing the env's gpu_name) never
+        # re-runs finished measurements; the driver checks its machine against it instead
+        ancient("results/{menv}/env_info.json"),
     output:
         "results/{menv}/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.json",
     log:
@@ -23,5 +27,6 @@ rule train:
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
         "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "
+        "--env-info {input} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_run{wildcards.run} "
-        "--out {output} > {log} 2>&1"
+        "--out {output} > {log} 2>&1 || (tail -n 5 {log} >&2; exit 1)"

@@ -8,7 +8,11 @@ Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MA
 forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
 and the estimated peak memory, per precision. The counting method is in the ``method``
 key and in ``dnnroofline.complexity``. Nothing is downloaded (``weights=None``).
-Exit status 2 on bad input (unknown model, bad size), with the reason on stderr.
+A model that cannot train at this image size (its kernels or pooling need a larger
+input, e.g. alexnet or inception_v3 at 32 px) is a result, not a crash: the JSON then
+holds ``status: "error"`` and the reason in ``message`` (the counts are null) and the
+exit status is 0, as for a failed timed run. Exit status 2 on bad arguments (unknown
+model, batch size below 1), with the reason on stderr and nothing written.
 """
 
 from __future__ import annotations
@@ -69,18 +73,30 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
-        from dnnroofline.complexity import complexity
+        from dnnroofline.complexity import ModelCannotRun, complexity, failed_complexity
 
-        result = complexity(
-            args.arch,
-            batch_size=args.batch_size,
-            image_size=args.image_size,
-            num_classes=args.num_classes,
-        )
+        try:
+            result = complexity(
+                args.arch,
+                batch_size=args.batch_size,
+                image_size=args.image_size,
+                num_classes=args.num_classes,
+            )
+        except ModelCannotRun as exc:
+            result = failed_complexity(
+                args.arch, args.batch_size, args.image_size, args.num_classes, str(exc)
+            )
     except InputError as exc:
         print(f"complexity.py: error: {exc}", file=sys.stderr)
         return 2
     write_json_atomic(args.out, result)
+    if result["status"] != "ok":
+        print(
+            f"complexity.py: {args.arch} bs{args.batch_size} cannot train at "
+            f"{args.image_size} px, recorded as status error in {args.out}: {result['message']}",
+            file=sys.stderr,
+        )
+        return 0
     fl = result["flops"]
     print(
         f"{args.arch} bs{args.batch_size} {args.image_size}px: params {result['params']:,}, "

@@ -11,7 +11,9 @@ stay in the table as rows with ``runs_ok == 0`` and NaN numbers (``ai_source``,
 ``roof_source`` and ``bound`` empty, ``above_roof`` False), so the report can
 list every failed configuration from one file; plots draw only rows with
 ``runs_ok > 0`` (see :func:`plottable_points`). Such rows never need a
-complexity, ncu or ceilings entry.
+complexity, ncu or ceilings entry, so a complexity JSON with ``status: "error"``
+(a model that cannot train at the image size) is fine there; for a group with an
+ok run it is an error naming the file.
 
 FLOPs and bytes per step:
   * ``ai_source = "ncu"`` when the group's parsed ncu JSON exists, has no
@@ -34,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePath
 
 import numpy as np
 import pandas as pd
@@ -251,6 +254,26 @@ def run_row(run: Mapping, where: str = "run") -> dict:
     return row
 
 
+def check_run_path(row: Mapping, where: str) -> None:
+    """A run file at ``.../{env}/runs/{name}.json`` must be ``{env}``'s run ``{name}``.
+
+    Results copied in from another machine keep their folder's env: a run whose JSON
+    names another env or run id than its path would be filed under the wrong machine.
+    Sources that are not such paths (tests, hand-made lists) are not checked.
+    """
+    path = PurePath(str(where))
+    if path.suffix != ".json" or path.parent.name != "runs" or not path.parent.parent.name:
+        return
+    folder = path.parent.parent.name
+    if folder != row["env"] or path.stem != row["run_id"]:
+        raise InputError(
+            f"{where}: this file holds run {row['run_id']!r} of env {row['env']!r}, but its "
+            f"path says run {path.stem!r} of env {folder!r}; refusing to file it under the "
+            f"wrong machine. Put it back at results/{row['env']}/runs/{row['run_id']}.json "
+            "(copy a machine's whole results/{env}/ folder, unrenamed)"
+        )
+
+
 def _sorted_frame(rows: list[dict], columns: list[str], keys: list[str]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=columns)
     if len(df):
@@ -265,14 +288,27 @@ def metrics_frame(runs: Sequence[Mapping], sources: Sequence[str] | None = None)
         raise ValueError("sources must name every run")
     rows = []
     seen: dict[str, str] = {}
+    machines: dict[str, dict[str, str]] = {}  # env -> {device_name: first run file}
     for i, run in enumerate(runs):
         where = sources[i] if sources is not None else f"run #{i}"
         row = run_row(run, where)
+        check_run_path(row, where)
+        name = run.get("device_name")
+        if isinstance(name, str) and name:
+            machines.setdefault(row["env"], {}).setdefault(name, where)
         if row["run_id"] in seen:
             first = seen[row["run_id"]]
             raise InputError(f"duplicate run_id {row['run_id']!r} in {first} and {where}")
         seen[row["run_id"]] = where
         rows.append(row)
+    for env, names in machines.items():
+        if len(names) > 1:
+            seen_on = "; ".join(f"{name!r} (e.g. {src})" for name, src in names.items())
+            raise InputError(
+                f"env {env!r} has runs measured on different devices: {seen_on}. Refusing to "
+                "mix machines under one env: move the runs of the other machine to an env of "
+                "its own (results/{env}/ per machine)"
+            )
     df = _sorted_frame(rows, METRICS_COLUMNS, GROUP_KEYS + ["run"])
     df[_METRICS_FLOAT] = df[_METRICS_FLOAT].astype("float64")
     for col in _METRICS_INT_NULLABLE:
@@ -362,7 +398,19 @@ def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
 
 
 def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[float, float]:
-    """(train-step FLOPs, minimum DRAM bytes per step) from a complexity JSON."""
+    """(train-step FLOPs, minimum DRAM bytes per step) from a complexity JSON.
+
+    A complexity JSON with ``status`` other than ``ok`` (the model could not be traced
+    at this image size) has no counts: InputError naming the file and its reason.
+    """
+    status = complexity.get("status", "ok")
+    if status != "ok":
+        raise InputError(
+            f"{where}: complexity has status {status!r} ({complexity.get('message')}), so it "
+            "has no FLOP or byte counts, yet this (model, batch) has ok runs; the model runs "
+            "in the driver but not in the complexity trace. Check the message, fix or drop "
+            "the model, and rerun"
+        )
     flop = _get(complexity, "flops", "train_step")
     nbytes = _get(complexity, "by_precision", precision, "min_dram_bytes_per_step")
     key = f"by_precision.{precision}.min_dram_bytes_per_step"

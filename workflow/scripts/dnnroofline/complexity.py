@@ -289,6 +289,12 @@ METHOD = (
 # --------------------------------------------------------------------------- models
 
 
+class ModelCannotRun(InputError):
+    """The model cannot train at this configuration (e.g. an image too small for its
+    kernels). A property of the (model, image size), not a bad argument: the CLI records
+    it as a complexity JSON with ``status: "error"``, as the driver records a failed run."""
+
+
 def available_models() -> list[str]:
     """torchvision classification model names (the values ``--arch`` accepts)."""
     import torchvision
@@ -949,9 +955,11 @@ def complexity_of_model(
             except ValueError as exc:
                 if i + 1 < len(probes) and "more than 1 value per channel" in str(exc):
                     continue
-                raise InputError(f"--arch {name!r} at --image-size {image_size}: {exc}") from exc
-            except RuntimeError as exc:
-                raise InputError(
+                raise ModelCannotRun(
+                    f"--arch {name!r} at --image-size {image_size}: {exc}"
+                ) from exc
+            except (RuntimeError, AssertionError) as exc:
+                raise ModelCannotRun(
                     f"--arch {name!r} cannot train on {image_size}x{image_size} images "
                     f"(--image-size {image_size}): {exc}"
                 ) from exc
@@ -984,6 +992,8 @@ def complexity_of_model(
     largest_fp32 = sc(saved.largest_bytes)
     return {
         "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "message": None,
         "arch": name,
         "batch_size": batch_size,
         "image_size": image_size,
@@ -1021,3 +1031,30 @@ def complexity(arch: str, batch_size: int, image_size: int, num_classes: int = 1
     result = complexity_of_model(model, batch_size=batch_size, image_size=image_size, arch=arch)
     result["num_classes"] = num_classes
     return result
+
+
+def failed_complexity(
+    arch: str, batch_size: int, image_size: int, num_classes: int, message: str
+) -> dict:
+    """The complexity record of a (model, batch) that cannot train at this image size.
+
+    Keeps the keys that name it (``arch``, ``batch_size``, ``image_size``) and the
+    reason; every count is absent. Aggregation needs no counts for a group whose runs
+    all failed, and refuses, naming this file, a group with an ok run.
+    """
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "error",
+        "message": message,
+        "arch": arch,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "num_classes": num_classes,
+        "params": None,
+        "flops": None,
+        "bytes": None,
+        "min_dram_bytes_per_step": None,
+        "peak_memory_bytes": None,
+        "by_precision": None,
+        "method": METHOD,
+    }

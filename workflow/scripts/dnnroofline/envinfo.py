@@ -201,6 +201,13 @@ def max_clock_hz(info: Mapping | None = None) -> tuple[float | None, str]:
     return None, "unknown"
 
 
+def cpu_model_name(info: Mapping | None = None) -> str:
+    """The CPU model as the fingerprint records it (``cpu_model``); fast (no probe loop)."""
+    if info is None:
+        info, _ = _cpuinfo_fast()
+    return str(info.get("brand_raw") or platform.processor() or "unknown")
+
+
 def cpu_info() -> dict:
     """CPU facts the fingerprint and the ceilings need."""
     import psutil
@@ -217,7 +224,7 @@ def cpu_info() -> dict:
     if llc is None and info.get("l3_cache_size"):
         llc = int(info["l3_cache_size"])
     return {
-        "model": info.get("brand_raw") or platform.processor() or "unknown",
+        "model": cpu_model_name(info),
         "vendor": info.get("vendor_id_raw") or "",
         "family": info.get("family"),
         "model_number": info.get("model"),
@@ -515,13 +522,12 @@ def _describe_machine(fp: Mapping) -> str:
     )
 
 
-def check_env_matches(env_name: str, declared: Mapping, fingerprint: Mapping) -> None:
-    """Refuse (InputError) when this machine is not the one env ``env_name`` declares.
+def env_mismatches(env_name: str, declared: Mapping, fingerprint: Mapping) -> list[str]:
+    """What env ``env_name`` declares that the fingerprinted machine lacks (empty: a match).
 
     ``declared`` is the env's config entry: ``device`` (auto|cpu|cuda|mps) and
     optional ``gpu_name`` / ``cpu_name``, case-insensitive substrings of the GPU
-    and CPU model names. ``fingerprint`` is :func:`collect_fingerprint`'s object
-    (or a loaded env_info.json). Returns None when they match.
+    and CPU model names. InputError for a device value that is not one of DEVICES.
     """
     dev = str(declared.get("device") or "auto").lower()
     if dev not in DEVICES:
@@ -543,6 +549,16 @@ def check_env_matches(env_name: str, declared: Mapping, fingerprint: Mapping) ->
     cpu_model = str(fingerprint.get("cpu_model") or "")
     if want_cpu and str(want_cpu).lower() not in cpu_model.lower():
         problems.append(f"cpu_name {want_cpu!r}")
+    return problems
+
+
+def check_env_matches(env_name: str, declared: Mapping, fingerprint: Mapping) -> None:
+    """Refuse (InputError) when this machine is not the one env ``env_name`` declares.
+
+    ``declared`` is the env's config entry (see :func:`env_mismatches`); ``fingerprint``
+    is :func:`collect_fingerprint`'s object. Returns None when they match.
+    """
+    problems = env_mismatches(env_name, declared, fingerprint)
     if problems:
         raise InputError(
             f"env {env_name!r} declares {', '.join(problems)} (envs.{env_name} in the config), "
@@ -550,3 +566,70 @@ def check_env_matches(env_name: str, declared: Mapping, fingerprint: Mapping) ->
             f"machine: run env {env_name!r} on the machine it describes, or fix envs.{env_name}."
         )
     return None
+
+
+def check_copied_env(env_name: str, declared: Mapping, fingerprint: Mapping, where: str) -> None:
+    """Refuse (InputError) to merge results/{env}/ copied from another machine when its
+    env_info.json (``where``) is another env's, or its machine is not what the env declares."""
+    recorded = fingerprint.get("env")
+    if recorded and recorded != env_name:
+        raise InputError(
+            f"{where}: results copied in as env {env_name!r} are env {recorded!r}'s "
+            f"(its env_info.json and run ids name {recorded!r}). A results folder keeps its "
+            f"env name: copy it to results/{recorded}/ and list env {recorded!r} in the config."
+        )
+    problems = env_mismatches(env_name, declared, fingerprint)
+    if problems:
+        machine = _describe_machine(fingerprint).replace("this machine", "the machine", 1)
+        raise InputError(
+            f"{where}: env {env_name!r} declares {', '.join(problems)} (envs.{env_name} in the "
+            f"config), but its copied results come from a machine that does not match: "
+            f"{machine}. Refusing to merge results filed under the wrong machine: fix "
+            f"envs.{env_name} to describe that machine, or move results/{env_name}/ aside."
+        )
+
+
+def machine_here(device: str, gpu_name: str | None = None) -> dict:
+    """The few facts a job compares with its env's env_info.json: the device it runs on,
+    the CPU model (read as the fingerprint reads it), the GPU it uses and the host."""
+    return {
+        "device": device,
+        "cpu_model": cpu_model_name(),
+        "gpu_name": gpu_name,
+        "host": socket.gethostname(),
+    }
+
+
+def check_same_machine(env_name: str, recorded: Mapping, here: Mapping, where: str) -> None:
+    """Refuse (InputError) a job whose machine is not the one ``where`` fingerprinted.
+
+    ``recorded`` is the env's env_info.json (taken by the env_info stage, which also
+    checked it against the config); ``here`` is :func:`machine_here` of this job. They
+    must agree on the env, the device, the CPU model and, on CUDA, the GPU: a stale
+    env_info.json from another machine (a copied checkout, another Slurm node type)
+    must not let this machine's numbers be filed under that env.
+    """
+    problems = []
+    rec_env = recorded.get("env")
+    if rec_env and rec_env != env_name:
+        problems.append(f"it is the fingerprint of env {rec_env!r}, not {env_name!r}")
+    rec_dev, dev = recorded.get("device"), here.get("device")
+    if rec_dev and dev and rec_dev != dev:
+        problems.append(f"it records device {rec_dev!r}, but this job runs on {dev!r}")
+    rec_cpu, cpu = str(recorded.get("cpu_model") or ""), str(here.get("cpu_model") or "")
+    if rec_cpu and cpu and rec_cpu.strip().lower() != cpu.strip().lower():
+        problems.append(f"it records CPU {rec_cpu!r}, but this machine has {cpu!r}")
+    gpu = here.get("gpu_name")
+    rec_gpus = [str(g.get("name", "")) for g in recorded.get("gpus") or []]
+    if dev == "cuda" and gpu and rec_gpus and gpu not in rec_gpus:
+        problems.append(f"it records GPUs {rec_gpus}, but this job runs on {gpu!r}")
+    if problems:
+        taken = f"host {recorded.get('host', '?')}, {recorded.get('date', '?')}"
+        raise InputError(
+            f"env {env_name!r}: this machine ({here.get('host', '?')}) is not the one "
+            f"{where} describes ({taken}): {'; '.join(problems)}. Refusing to file results "
+            f"under the wrong machine: run env {env_name!r} on the machine it describes, or "
+            "give this machine an env of its own in the config. If the hardware of env "
+            f"{env_name!r} really changed, move results/{env_name}/ aside so that the env "
+            "starts afresh (its runs were measured on the old machine)."
+        )

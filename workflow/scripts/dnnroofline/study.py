@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dnnroofline.errors import InputError
 
@@ -32,6 +33,8 @@ UNSUPPORTED_REASON = {
     ("mps", "amp"): "fp16 autocast with GradScaler on MPS is not supported by this driver",
     ("mps", "bf16"): "bf16 autocast on MPS is not supported by this driver",
 }
+# Folders of results/ that hold no env: an env of that name would share them.
+RESERVED_ENV_NAMES = ("complexity", "logs", "plots", "report_sections")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Study:
         self.study = config["study"]
         self.envs: dict[str, dict] = config["envs"]
         self._cpu_count = cpu_count or os.cpu_count() or 1
+        self._check_env_names()
         self._check_models(known_models)
         self._check_data(path_exists)
         self.measure_envs = self._pick_measure_envs()
@@ -142,6 +146,25 @@ class Study:
         return [e for e in self.measure_envs if self.device(e) == "cuda"]
 
     # ---- checks -----------------------------------------------------------
+    def _check_env_names(self) -> None:
+        """Each env owns results/{env}/: no env may share a folder with another or
+        with the study-wide folders, also on case-insensitive file systems (macOS)."""
+        seen: dict[str, str] = {}
+        for env in self.envs:
+            if env.lower() in RESERVED_ENV_NAMES:
+                raise InputError(
+                    f"config envs.{env}: the env name {env!r} is reserved: results/{env}/ "
+                    f"holds the study's own files ({', '.join(RESERVED_ENV_NAMES)} are "
+                    "reserved); rename the env"
+                )
+            other = seen.setdefault(env.lower(), env)
+            if other != env:
+                raise InputError(
+                    f"config envs: env names {other!r} and {env!r} differ only in case, so "
+                    f"results/{other}/ and results/{env}/ are one folder on case-insensitive "
+                    "file systems; rename one"
+                )
+
     def _check_models(self, known_models: Iterable[str] | None) -> None:
         if known_models is None:
             return
@@ -198,6 +221,90 @@ class Study:
                     f"{r.model!r} and env {other.env!r} + model {other.model!r} give the "
                     "same id; rename an env or model"
                 )
+
+
+def duplicate_yaml_keys(root: Any) -> list[tuple[str, int, int]]:
+    """Keys given twice in one YAML mapping: (dotted key path, first line, repeat line).
+
+    ``root`` is a composed YAML node (``yaml.compose(text)``; nodes are read by their
+    ``id``, ``value`` and ``start_mark``, so this module needs no YAML library). YAML
+    loaders keep only the last of duplicate keys, so ``envs`` listing ``local`` twice
+    would silently drop one env.
+    """
+    out: list[tuple[str, int, int]] = []
+
+    def walk(node: Any, path: str) -> None:
+        kind = getattr(node, "id", None)
+        if kind == "mapping":
+            first: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                sub = f"{path}.{key}" if path else key
+                if key in first:
+                    out.append((sub, first[key], line))
+                else:
+                    first[key] = line
+                walk(value_node, sub)
+        elif kind == "sequence":
+            for i, item in enumerate(node.value):
+                walk(item, f"{path}[{i}]")
+
+    walk(root, "")
+    return out
+
+
+def check_config_files(paths: Iterable[str | os.PathLike], compose: Callable[[str], Any]) -> None:
+    """Refuse config files with a key given twice (InputError naming file, line and key).
+
+    ``compose`` is ``yaml.compose``; text it cannot parse is left to the config loader.
+    """
+    for path in paths:
+        try:
+            root = compose(Path(path).read_text())
+        except Exception:  # noqa: BLE001 - unreadable or not YAML: Snakemake reports it
+            continue
+        dups = duplicate_yaml_keys(root)
+        if dups:
+            key, first, line = dups[0]
+            raise InputError(
+                f"{path} line {line}: key {key!r} is given twice (first at line {first}); "
+                "YAML keeps only the last one, so the first would be silently dropped. "
+                "Rename or remove one"
+            )
+
+
+def schema_error_message(error: object) -> str:
+    """One line for a jsonschema ValidationError: the config key path, the bad value and
+    what the schema wants, with close names for a misspelt key."""
+    parts = [str(p) for p in getattr(error, "absolute_path", [])]
+    path = ""
+    for p in parts:
+        path += f"[{p}]" if p.isdigit() else (f".{p}" if path else p)
+    where = f"config {path}" if path else "config"
+    validator = getattr(error, "validator", None)
+    instance = getattr(error, "instance", None)
+    schema = getattr(error, "schema", None) or {}
+    message = str(getattr(error, "message", error))
+    if validator == "additionalProperties" and isinstance(instance, dict):
+        allowed = list((schema.get("properties") or {}).keys())
+        extra = [k for k in instance if k not in allowed]
+        hints = [f"{k!r}{suggest(str(k), allowed)}" for k in extra]
+        return (
+            f"{where}: unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)} "
+            "(see config/schema.yaml)"
+        )
+    if validator == "propertyNames":
+        return f"{where}: {message} (names: letters, digits, '_' and '-'; see config/schema.yaml)"
+    if validator == "required":
+        return f"{where}: {message} (see config/schema.yaml)"
+    value = f" {instance!r}" if not isinstance(instance, (dict, list)) else ""
+    desc = schema.get("description") if isinstance(schema, dict) else None
+    return (
+        f"{where}: bad value{value}: {message}"
+        + (f" ({desc})" if desc else "")
+        + " (see config/schema.yaml)"
+    )
 
 
 def alternation(names: Iterable[str]) -> str:

@@ -234,6 +234,27 @@ def check_threads(expected: int | None, actual: int, omp_value: str | None) -> N
     )
 
 
+def check_machine(cfg: TrainConfig, backend: str) -> None:
+    """Refuse to run when this machine is not the one the env's env_info.json describes:
+    another device than the env's (the resolved backend), CPU model or GPU."""
+    import json
+
+    import torch
+
+    from dnnroofline.envinfo import check_same_machine, machine_here
+
+    try:
+        with open(cfg.env_info) as fh:
+            recorded = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"--env-info {cfg.env_info!r}: cannot read it: {exc}") from exc
+    if not isinstance(recorded, dict):
+        raise InputError(f"--env-info {cfg.env_info!r}: not a JSON object")
+    gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if backend == "cuda" else None
+    env = cfg.env or str(recorded.get("env") or "?")
+    check_same_machine(env, recorded, machine_here(backend, gpu), cfg.env_info)
+
+
 def cpu_model() -> str:
     """The CPU's model name: /proc/cpuinfo, sysctl on macOS, else platform."""
     try:
@@ -286,6 +307,7 @@ class TrainConfig:
     run_id: str | None = None
     expect_threads: int | None = None
     profile_step: bool = False
+    env_info: str | None = None  # the env's env_info.json: refuse another machine
 
 
 @dataclass
@@ -356,6 +378,8 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     threads = torch.get_num_threads()
     check_threads(cfg.expect_threads, threads, omp_value)
     device = f"cuda:{torch.cuda.current_device()}" if backend == "cuda" else backend
+    if cfg.env_info is not None:
+        check_machine(cfg, backend)
     return Resolved(
         cfg=cfg,
         backend=backend,
@@ -969,6 +993,13 @@ def arg_parser() -> argparse.ArgumentParser:
         help="refuse unless the job got exactly this many CPU threads",
     )
     p.add_argument(
+        "--env-info",
+        metavar="JSON",
+        default=None,
+        help="the env's env_info.json: refuse (exit 2) unless this machine matches it "
+        "(device, CPU model, GPU)",
+    )
+    p.add_argument(
         "--profile-step",
         action="store_true",
         help="after warm-up, one step between cudaProfilerStart/Stop (for ncu)",
@@ -997,6 +1028,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         run_id=args.run_id,
         expect_threads=args.expect_threads,
         profile_step=args.profile_step,
+        env_info=args.env_info,
     )
 
 
