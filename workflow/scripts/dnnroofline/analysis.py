@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from dnnroofline import roofline
+from dnnroofline.aggregate import METRICS_COLUMNS, POINTS_COLUMNS
 from dnnroofline.errors import InputError
 
 SECTION_FILES = (
@@ -49,59 +50,11 @@ SECTION_FILES = (
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 
-METRIC_COLUMNS = (
-    "run_id",
-    "env",
-    "model",
-    "precision",
-    "batch_size",
-    "run",
-    "status",
-    "message",
-    "device",
-    "threads",
-    "images_per_s",
-    "step_median_s",
-    "step_p5_s",
-    "step_p95_s",
-    "step_cv",
-    "data_wait_median_s",
-    "wall_s",
-    "user_s",
-    "sys_s",
-    "max_rss_bytes",
-    "peak_device_memory_bytes",
-    "start_time",
-    "end_time",
-)
+# The ledgers' columns are defined once, where they are written.
+METRIC_COLUMNS = tuple(METRICS_COLUMNS)
 METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "device")
 
-POINT_COLUMNS = (
-    "env",
-    "model",
-    "precision",
-    "batch_size",
-    "runs_ok",
-    "runs_failed",
-    "flop_per_step",
-    "bytes_per_step",
-    "ai",
-    "ai_source",
-    "step_median_s",
-    "step_spread_s",
-    "images_per_s",
-    "images_per_s_min",
-    "images_per_s_max",
-    "attained_flops",
-    "roof_flops",
-    "roof_source",
-    "peak_flops",
-    "peak_bandwidth",
-    "ridge_ai",
-    "efficiency",
-    "bound",
-    "above_roof",
-)
+POINT_COLUMNS = tuple(POINTS_COLUMNS)
 POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound")
 
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
