@@ -14,23 +14,16 @@ The page loads nothing from the network: open it in any browser, offline.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate import GROUP_KEYS, POINTS_DTYPES, key_ceilings, match_ncu_stems
+from dnnroofline.aggregate import GROUP_KEYS, match_ncu_stems
 from dnnroofline.errors import InputError
 from dnnroofline.interactive import roofline_page
 from dnnroofline.io import read_json, write_text_atomic
-
-
-def load_json(path: str):
-    try:
-        return read_json(path)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read JSON: {exc}") from exc
+from dnnroofline.loaders import load_points_and_ceilings
 
 
 def load_ncu(paths: list[str], points: pd.DataFrame) -> dict[tuple, dict]:
@@ -44,7 +37,7 @@ def load_ncu(paths: list[str], points: pd.DataFrame) -> dict[tuple, dict]:
         )
     out = {}
     for stem, key in matched.items():
-        doc = load_json(by_stem[stem])
+        doc = read_json(by_stem[stem])
         if isinstance(doc, dict) and doc.get("status", "ok") == "ok":
             out[key] = doc
     return out
@@ -60,18 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--title", help="chart title")
     args = ap.parse_args(argv)
     try:
-        try:
-            points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-            raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
-        ceilings, sources = key_ceilings((p, load_json(p)) for p in args.ceilings)
-        if args.env is not None:
-            if args.env not in ceilings:
-                raise InputError(
-                    f"--env {args.env!r}: no ceilings file for it among {args.ceilings}"
-                )
-            ceilings = {args.env: ceilings[args.env]}
-            points = points[points["env"] == args.env].reset_index(drop=True)
+        points, ceilings, sources = load_points_and_ceilings(args.points, args.ceilings, args.env)
         ncu = load_ncu(args.ncu, points)
         envs = sorted(ceilings)
         title = args.title or (

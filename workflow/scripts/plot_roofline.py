@@ -14,11 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pandas as pd
-
-from dnnroofline.aggregate import POINTS_DTYPES, key_ceilings
 from dnnroofline.errors import InputError
-from dnnroofline.io import read_json
+from dnnroofline.loaders import load_points_and_ceilings
 from dnnroofline.plots import plot_roofline
 
 
@@ -32,18 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--title", help="figure title")
     args = ap.parse_args(argv)
     try:
-        try:
-            points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-            raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
-        ceilings, sources = key_ceilings((p, read_json(p)) for p in args.ceilings)
-        if args.env is not None:
-            if args.env not in ceilings:
-                raise InputError(
-                    f"--env {args.env!r}: no ceilings file for it among {args.ceilings}"
-                )
-            ceilings = {args.env: ceilings[args.env]}
-            points = points[points["env"] == args.env].reset_index(drop=True)
+        points, ceilings, sources = load_points_and_ceilings(args.points, args.ceilings, args.env)
         title = args.title or (
             f"Roofline: {args.env}" if args.env else f"Roofline: {', '.join(sorted(ceilings))}"
         )
