@@ -51,6 +51,8 @@ from dnnroofline.plots import (
     AXIS_X,
     LINESTYLES,
     _gid,
+    draw_compute_roof,
+    draw_memory_roof,
     precision_color,
     save_figure,
     si,
@@ -99,55 +101,32 @@ def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tupl
 
 
 def _memory_roof(ax, env, level, source, bw, xlo, x_end, label, ylo):
-    ax.plot(
-        [xlo, x_end],
-        [xlo * bw, x_end * bw],
+    # measured labels under the diagonal, datasheet over; only where the line is long
+    draw_memory_roof(
+        ax,
+        bw,
+        xlo,
+        x_end,
+        ylo,
         color=LEVEL_COLORS[level],
-        linestyle=LINESTYLES[source],
-        linewidth=1.4,
+        source=source,
         gid=_gid("roof", env, "memory", level, source),
-        zorder=2,
+        label=label,
+        label_offset=(6, -9) if source == "measured" else (2, 4),
+        label_until=x_end / 3,
     )
-    # label along the diagonal near its lower-left end: measured under, datasheet over
-    lx = max(xlo * 1.25, ylo * 2.5 / bw)
-    if lx < x_end / 3:
-        p0 = ax.transData.transform((lx, lx * bw))
-        p1 = ax.transData.transform((lx * 10, lx * 10 * bw))
-        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
-        below = source == "measured"
-        ax.annotate(
-            label,
-            (lx, lx * bw),
-            xytext=(6, -9) if below else (2, 4),
-            textcoords="offset points",
-            rotation=angle,
-            rotation_mode="anchor",
-            fontsize=6.5,
-            color=LEVEL_COLORS[level],
-        )
 
 
 def _compute_roof(ax, env, prec, source, peak, x_start, xhi):
-    color = precision_color(prec)
-    ax.plot(
-        [x_start, xhi],
-        [peak, peak],
-        color=color,
-        linestyle=LINESTYLES[source],
-        linewidth=1.6,
+    draw_compute_roof(
+        ax,
+        peak,
+        x_start,
+        xhi,
+        color=precision_color(prec),
+        source=source,
         gid=_gid("roof", env, "compute", prec, source),
-        zorder=2,
-    )
-    below = source == "measured"
-    ax.annotate(
-        f"{prec} {source}: {si(peak, 'FLOP/s')}",
-        (xhi, peak),
-        xytext=(-3, -3 if below else 2),
-        textcoords="offset points",
-        ha="right",
-        va="top" if below else "bottom",
-        fontsize=7,
-        color=color,
+        label=f"{prec} {source}: {si(peak, 'FLOP/s')}",
     )
 
 

@@ -126,6 +126,73 @@ def _paired_memory(memory: Mapping[str, float], source: str) -> tuple[str, float
     return other, memory[other]
 
 
+def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label):
+    """A horizontal compute roof; measured labels under it, datasheet labels over it,
+    so close roofs stay legible."""
+    ax.plot(
+        [x_start, x_end],
+        [peak, peak],
+        color=color,
+        linestyle=LINESTYLES[source],
+        linewidth=1.6,
+        gid=gid,
+        zorder=2,
+    )
+    below = source == "measured"
+    ax.annotate(
+        label,
+        (x_end, peak),
+        xytext=(-3, -3 if below else 2),
+        textcoords="offset points",
+        ha="right",
+        va="top" if below else "bottom",
+        fontsize=7,
+        color=color,
+    )
+
+
+def draw_memory_roof(
+    ax,
+    bw,
+    x_start,
+    x_end,
+    y_floor,
+    *,
+    color,
+    source,
+    gid,
+    label,
+    label_offset=(2, 4),
+    label_until=None,
+):
+    """A diagonal memory roof, labelled along the line near its lower-left end
+    (if that point lies left of ``label_until``, by default the roof's end)."""
+    ax.plot(
+        [x_start, x_end],
+        [x_start * bw, x_end * bw],
+        color=color,
+        linestyle=LINESTYLES[source],
+        linewidth=1.4,
+        gid=gid,
+        zorder=2,
+    )
+    lx = max(x_start * 1.25, y_floor * 2.5 / bw)
+    if lx < (x_end if label_until is None else label_until):
+        p0 = ax.transData.transform((lx, lx * bw))
+        p1 = ax.transData.transform((lx * 10, lx * 10 * bw))
+        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+        ax.annotate(
+            label,
+            (lx, lx * bw),
+            xytext=label_offset,
+            textcoords="offset points",
+            rotation=angle,
+            rotation_mode="anchor",
+            fontsize=6.5,
+            color=color,
+        )
+
+
 def plot_roofline(
     points: pd.DataFrame,
     ceilings_by_env: Mapping[str, Mapping],
@@ -206,43 +273,31 @@ def plot_roofline(
         # memory roofs: diagonal from the left edge to the farthest ridge they join
         for (env, msrc), bw in sorted(mem_specs.items()):
             x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
-            ax.plot(
-                [xlo, x_end],
-                [xlo * bw, x_end * bw],
+            draw_memory_roof(
+                ax,
+                bw,
+                xlo,
+                x_end,
+                ylo,
                 color="0.2",
-                linestyle=LINESTYLES[msrc],
-                linewidth=1.4,
+                source=msrc,
                 gid=_gid("roof", env, "memory", msrc),
-                zorder=2,
+                label=f"{env + ' ' if combined else ''}memory {msrc}: {si(bw, 'B/s')}",
             )
-            lx = max(xlo * 1.25, ylo * 2.5 / bw)
-            if lx < x_end:
-                p0 = ax.transData.transform((lx, lx * bw))
-                p1 = ax.transData.transform((lx * 10, lx * 10 * bw))
-                angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
-                ax.annotate(
-                    f"{env + ' ' if combined else ''}memory {msrc}: {si(bw, 'B/s')}",
-                    (lx, lx * bw),
-                    xytext=(2, 4),
-                    textcoords="offset points",
-                    rotation=angle,
-                    rotation_mode="anchor",
-                    fontsize=6.5,
-                    color="0.2",
-                )
 
         # compute roofs: horizontal from their ridge to the right edge, ridge marked
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
-            ax.plot(
-                [ridge, xhi],
-                [peak, peak],
+            draw_compute_roof(
+                ax,
+                peak,
+                ridge,
+                xhi,
                 color=color,
-                linestyle=LINESTYLES[source],
-                linewidth=1.6,
+                source=source,
                 gid=_gid("roof", env, "compute", prec, source),
-                zorder=2,
+                label=f"{env + ' ' if combined else ''}{prec} {source}: {si(peak, 'FLOP/s')}",
             )
             ax.plot(
                 [ridge],
@@ -262,18 +317,6 @@ def plot_roofline(
                 textcoords="offset points",
                 fontsize=6.5,
                 color="0.25",
-            )
-            # measured labels under their roof, datasheet labels over it: close roofs stay legible
-            below = source == "measured"
-            ax.annotate(
-                f"{env + ' ' if combined else ''}{prec} {source}: {si(peak, 'FLOP/s')}",
-                (xhi, peak),
-                xytext=(-3, -3 if below else 2),
-                textcoords="offset points",
-                ha="right",
-                va="top" if below else "bottom",
-                fontsize=7,
-                color=color,
             )
 
         # points; a thin line joins the batch sizes of one (env, model, precision)
