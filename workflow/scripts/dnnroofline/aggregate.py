@@ -24,6 +24,16 @@ FLOPs and bytes per step:
     JSON, and ``by_precision[precision].min_dram_bytes_per_step`` (falling back
     to the top-level ``min_dram_bytes_per_step``).
 
+AI range (``ai_low``, ``ai_high``), from the complexity JSON whatever the source:
+``ai_high`` = FLOPs / minimum DRAM bytes (a true lower bound on traffic, so an upper
+bound on AI), ``ai_low`` = FLOPs / the per-layer traffic model's upper estimate
+(:mod:`dnnroofline.traffic`), with the env's last-level cache from its ceilings
+(``llc_bytes``; unknown: every access counted). For an ``analytic`` point ``ai`` is
+``ai_high`` (the plotted value, as before) and ``bound`` is ``memory`` or ``compute``
+only when the whole range is on one side of the ridge, else ``inconclusive``. A
+measured point (``ncu``, ``perf``) keeps its own AI and bound, with the analytic range
+beside it for comparison. NaN where the complexity JSON has no traffic table.
+
 Peaks: the env's ceilings ``roofs``; compute roof selected by the *pipeline*
 precision name (fp32, tf32, amp, bf16; ``fp16`` accepted for amp), measured
 preferred over datasheet (see :mod:`dnnroofline.roofline`). A missing peak
@@ -41,7 +51,7 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
-from dnnroofline import roofline
+from dnnroofline import roofline, traffic
 from dnnroofline.errors import InputError
 
 RUN_STATUSES = ("ok", "oom", "error")
@@ -94,6 +104,8 @@ POINTS_COLUMNS = [
     "flop_per_step",
     "bytes_per_step",
     "ai",
+    "ai_low",
+    "ai_high",
     "ai_source",
     "step_median_s",
     "step_spread_s",
@@ -114,6 +126,8 @@ _POINTS_FLOAT = [
     "flop_per_step",
     "bytes_per_step",
     "ai",
+    "ai_low",
+    "ai_high",
     "step_median_s",
     "step_spread_s",
     "images_per_s",
@@ -422,6 +436,32 @@ def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[fl
     )
 
 
+def analytic_ai_range(
+    complexity: Mapping | None, precision: str, llc_bytes: object
+) -> tuple[float, float]:
+    """``(ai_low, ai_high)`` of a complexity JSON at ``precision`` (NaN, NaN without one).
+
+    ``ai_high`` = train-step FLOPs / minimum DRAM bytes; ``ai_low`` = FLOPs / the
+    per-layer traffic model's estimate with a last-level cache of ``llc_bytes``.
+    """
+    if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
+        return math.nan, math.nan
+    block = complexity.get("traffic")
+    if not isinstance(block, Mapping):
+        return math.nan, math.nan  # a complexity JSON from before the traffic model
+    where = f"results/complexity/{complexity.get('arch')}_bs{complexity.get('batch_size')}.json"
+    flop, min_bytes = analytic_counts(complexity, precision, where)
+    llc = int(llc_bytes) if isinstance(llc_bytes, (int, float)) and llc_bytes > 0 else None
+    try:
+        high = traffic.step_traffic_bytes(
+            block, int(complexity["params"]), llc_bytes=llc, precision=precision
+        )
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    lo, hi, _ = traffic.ai_range(flop, min_bytes, high)
+    return lo, hi
+
+
 def _peaks(
     env: str, precision: str, ceilings: Mapping, sources: Mapping[str, str]
 ) -> tuple[roofline.Roof, roofline.Roof]:
@@ -496,6 +536,12 @@ def roofline_points_frame(
         p = roofline.evaluate_point(
             counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
         )
+        ai_low, ai_high = analytic_ai_range(
+            complexity.get((model, batch)), precision, ceilings[env].get("llc_bytes")
+        )
+        bound = p.bound
+        if ai_source == "analytic" and math.isfinite(ai_low):
+            bound = traffic.bound_of_range(ai_low, ai_high, p.ridge_ai)
         roof_source = (
             compute.source
             if compute.source == memory.source
@@ -505,6 +551,8 @@ def roofline_points_frame(
             flop_per_step=p.flop_per_step,
             bytes_per_step=p.bytes_per_step,
             ai=p.ai,
+            ai_low=ai_low,
+            ai_high=ai_high,
             ai_source=ai_source,
             attained_flops=p.attained_flops,
             roof_flops=p.roof_flops,
@@ -513,7 +561,7 @@ def roofline_points_frame(
             peak_bandwidth=p.peak_bandwidth,
             ridge_ai=p.ridge_ai,
             efficiency=p.efficiency,
-            bound=p.bound,
+            bound=bound,
             above_roof=p.above_roof,
         )
         rows.append(row)

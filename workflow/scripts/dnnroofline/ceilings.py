@@ -865,8 +865,9 @@ def _device_facts(device: str) -> dict:
         idx = torch.cuda.current_device()
         p = torch.cuda.get_device_properties(idx)
         free, _total = torch.cuda.mem_get_info(idx)
-        return {"name": p.name, "cc": (p.major, p.minor), "free_bytes": int(free)}
-    return {"name": None, "cc": None, "free_bytes": None}
+        l2 = getattr(p, "L2_cache_size", None)
+        return {"name": p.name, "cc": (p.major, p.minor), "free_bytes": int(free), "l2_bytes": l2}
+    return {"name": None, "cc": None, "free_bytes": None, "l2_bytes": None}
 
 
 def build_ceilings(
@@ -951,6 +952,7 @@ def build_ceilings(
         "threads": threads,
         "omp_num_threads": omp,
         "precisions_requested": requested,
+        "llc_bytes": facts["l2_bytes"] if dev == "cuda" else cpu["llc_bytes"],
         "quick": quick,
         "roofs": roofs,
         "skipped": skipped,
