@@ -60,6 +60,11 @@ def test_quick_cli_writes_contract(quick_ceilings):
     assert c["env"] == "local" and c["device"] == "cpu" and c["device_name"]
     assert c["threads"] == 1 and c["omp_num_threads"] == "1"  # from OMP_NUM_THREADS
     assert c["quick"] is True
+    # perf probed once per env: ok, or unavailable with perf's own reason in the notes
+    assert c["perf"]["status"] in ("ok", "unavailable")
+    if c["perf"]["status"] == "unavailable":
+        assert any(n == f"perf counters unavailable: {c['perf']['reason']}" for n in c["notes"])
+    assert c["llc_bytes"] is None or c["llc_bytes"] > 0
     assert c["start_time"] <= c["end_time"]
     for r in c["roofs"]:
         assert r["kind"] in ("compute", "memory")

@@ -20,6 +20,9 @@ FLOPs and bytes per step:
     ``status`` or ``status == "ok"``, and non-null ``totals.flop.total`` and
     ``totals.bytes.dram``. The ncu totals are taken to cover exactly one
     training step at the run's batch size (the profile stage captures one step).
+  * else ``ai_source = "perf"`` when the group's perf JSON (``results/{env}/perf/``,
+    CPU counters through ``perf stat``) has ``status == "ok"`` and the precision's
+    FLOPs are counted by the events (fp32): FLOPs and DRAM bytes per step from perf.
   * otherwise ``ai_source = "analytic"``: ``flops.train_step`` of the complexity
     JSON, and ``by_precision[precision].min_dram_bytes_per_step`` (falling back
     to the top-level ``min_dram_bytes_per_step``).
@@ -53,6 +56,7 @@ import pandas as pd
 
 from dnnroofline import roofline, traffic
 from dnnroofline.errors import InputError
+from dnnroofline.perf import PERF_PRECISIONS
 
 RUN_STATUSES = ("ok", "oom", "error")
 GROUP_KEYS = ["env", "model", "precision", "batch_size"]
@@ -411,6 +415,24 @@ def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
     )
 
 
+def perf_counts(doc: Mapping | None, precision: str, where: str) -> tuple[float, float] | None:
+    """(FLOPs, DRAM bytes) per step from a perf counter JSON, or None.
+
+    None: no file, ``status`` other than ``ok`` (``unavailable`` where the kernel has no
+    counters), or a precision whose FLOPs the events do not count (bf16 dot products).
+    """
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{where}: perf JSON must be an object")
+    if doc.get("status") != "ok" or precision not in PERF_PRECISIONS:
+        return None
+    return (
+        roofline.check_positive(f"{where}: flop_per_step", doc.get("flop_per_step")),
+        roofline.check_positive(f"{where}: dram_bytes_per_step", doc.get("dram_bytes_per_step")),
+    )
+
+
 def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[float, float]:
     """(train-step FLOPs, minimum DRAM bytes per step) from a complexity JSON.
 
@@ -498,6 +520,8 @@ def roofline_points_frame(
     ceilings_sources: Mapping[str, str] | None = None,
     ncu_sources: Mapping[tuple[str, str, str, int], str] | None = None,
     rel_tol: float = roofline.ABOVE_ROOF_RTOL,
+    perf: Mapping[tuple[str, str, str, int], Mapping | None] | None = None,
+    perf_sources: Mapping[tuple[str, str, str, int], str] | None = None,
 ) -> pd.DataFrame:
     """One row per (env, model, precision, batch_size) with exactly :data:`POINTS_COLUMNS`.
 
@@ -520,8 +544,12 @@ def roofline_points_frame(
         key = (env, model, precision, batch)
         ncu_where = ncu_sources.get(key, f"results/{env}/ncu/{ncu_stem(*key)}.json")
         counts = ncu_counts(ncu.get(key), ncu_where)
+        perf_where = (perf_sources or {}).get(key, f"results/{env}/perf/{ncu_stem(*key)}.json")
+        perf_c = perf_counts((perf or {}).get(key), precision, perf_where)
         if counts is not None:
             ai_source = "ncu"
+        elif perf_c is not None:
+            counts, ai_source = perf_c, "perf"
         else:
             ai_source = "analytic"
             cwhere = f"results/complexity/{model}_bs{batch}.json"

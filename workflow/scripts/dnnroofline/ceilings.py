@@ -936,6 +936,13 @@ def build_ceilings(
     roofs.extend(ds_roofs)
     notes.extend(ds_notes)
     notes.extend(annotate_vs_datasheet(roofs))
+    perf_probe = None
+    if dev == "cpu":  # CPU counters: probed once per env, recorded with the roofs
+        from dnnroofline.perf_run import probe
+
+        perf_probe = probe(os.environ.get("DNNROOFLINE_PERF", "perf"))
+        if perf_probe["status"] != "ok":
+            notes.append(f"perf counters unavailable: {perf_probe['reason']}")
     if quick:
         notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
     if busy_before is not None and busy_before > BUSY_WARN_PERCENT:
@@ -955,6 +962,7 @@ def build_ceilings(
         "llc_bytes": facts["l2_bytes"] if dev == "cuda" else cpu["llc_bytes"],
         "quick": quick,
         "roofs": roofs,
+        "perf": perf_probe,
         "skipped": skipped,
         "notes": notes,
         "cpu_busy_percent_before": busy_before,
