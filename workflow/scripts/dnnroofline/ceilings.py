@@ -187,21 +187,24 @@ def _sync(device: str) -> None:
 
 @contextlib.contextmanager
 def _matmul_mode(device: str, precision: str):
-    """TF32 off for fp32, on for tf32 (CUDA); restored afterwards."""
+    """TF32 off for fp32, on for tf32 (CUDA GEMMs and cuDNN convolutions); restored after."""
     import torch
 
     if device != "cuda":
         yield
         return
     old_mm = torch.backends.cuda.matmul.allow_tf32
+    old_conv = torch.backends.cudnn.allow_tf32
     old_prec = torch.get_float32_matmul_precision()
     try:
         tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32  # cuDNN convolutions default to TF32
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_mm
+        torch.backends.cudnn.allow_tf32 = old_conv
         torch.set_float32_matmul_precision(old_prec)
 
 
