@@ -36,6 +36,7 @@ include: "rules/machine.smk"
 include: "rules/complexity.smk"
 include: "rules/train.smk"
 include: "rules/ncu.smk"
+include: "rules/perf.smk"
 include: "rules/aggregate.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"
@@ -44,4 +45,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets() + ncu_targets(),
+        all_targets() + ncu_targets() + perf_files(),

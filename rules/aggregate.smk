@@ -41,6 +41,7 @@ rule roofline_points:
         complexity=complexity_files(),
         ceilings=ceilings_files(),
         ncu=ncu_files(),
+        perf=perf_files(),
     output:
         "results/roofline_points.csv",
     log:
@@ -50,6 +51,7 @@ rule roofline_points:
     params:
         script=script("roofline_points.py"),
         ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+        perf=lambda w, input: f"--perf {input.perf}" if input.perf else "",
     shell:
         "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
-        "--ceilings {input.ceilings} {params.ncu} --out {output} > {log} 2>&1"
+        "--ceilings {input.ceilings} {params.ncu} {params.perf} --out {output} > {log} 2>&1"

@@ -7,7 +7,7 @@ from snakemake.logging import logger
 
 from dnnroofline.envinfo import check_copied_env
 from dnnroofline.errors import InputError
-from dnnroofline.study import Study, alternation, detect_device
+from dnnroofline.study import Study, alternation, detect_cpu_flags, detect_device
 
 
 def known_models():
@@ -18,7 +18,12 @@ def known_models():
 
 
 try:
-    STUDY = Study(config, machine_device=detect_device(), known_models=known_models())
+    STUDY = Study(
+        config,
+        machine_device=detect_device(),
+        known_models=known_models(),
+        cpu_flags=detect_cpu_flags(),
+    )
 except InputError as err:
     raise WorkflowError(str(err)) from None
 

@@ -945,3 +945,22 @@ def test_schema_accepts_report_baseline_env():
     cfg["report"] = {"baseline": "local"}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(cfg, schema)
+
+
+def test_ai_range_explained_and_inconclusive_bound(inputs):
+    pts = inputs["points"]
+    pts["ai_low"] = pts["ai"] / 4
+    pts["ai_high"] = pts["ai"]
+    first = pts.index[(pts["model"] == "resnet50") & (pts["batch_size"] == 8)][0]
+    pts.loc[first, "bound"] = "inconclusive"
+    sections = an.all_sections(**inputs)
+    assert an.AI_RANGE_SENTENCE in sections["roofline.html"]
+    html = sections["analysis.html"]
+    point = block(html, "local · resnet50 · fp32 · bs 8")
+    head = "<strong>Bound inconclusive</strong>: its analytic AI range"
+    assert f"{head} 10.0 FLOP/B – 40.0 FLOP/B" in point
+    assert "straddles the ridge" in point
+    memory = block(html, "local · mobilenet_v2 · fp32 · bs 8")
+    assert "<strong>Memory-bound</strong>" in memory
+    assert "analytic AI range 1.00 FLOP/B – 4.00" in memory
+    assert "40.0 (analytic) [10.0–40.0]" in html  # the at-a-glance table shows the range

@@ -13,11 +13,13 @@ import pytest
 import torch
 
 from dnnroofline import ceilings as cl
+from dnnroofline.envinfo import cpu_info
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "ceilings.py"
 HAS_CUDA = torch.cuda.is_available()
+CPU_BF16 = cl.cpu_bf16_reason(cpu_info()["flags_all"]) is None
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,11 @@ def test_quick_cli_writes_contract(quick_ceilings):
     assert c["env"] == "local" and c["device"] == "cpu" and c["device_name"]
     assert c["threads"] == 1 and c["omp_num_threads"] == "1"  # from OMP_NUM_THREADS
     assert c["quick"] is True
+    # perf probed once per env: ok, or unavailable with perf's own reason in the notes
+    assert c["perf"]["status"] in ("ok", "unavailable")
+    if c["perf"]["status"] == "unavailable":
+        assert any(n == f"perf counters unavailable: {c['perf']['reason']}" for n in c["notes"])
+    assert c["llc_bytes"] is None or c["llc_bytes"] > 0
     assert c["start_time"] <= c["end_time"]
     for r in c["roofs"]:
         assert r["kind"] in ("compute", "memory")
@@ -72,12 +79,45 @@ def test_quick_cli_measures_fp32_and_memory(quick_ceilings):
     c, _, _, _ = quick_ceilings
     fp32 = [r for r in c["roofs"] if r["source"] == "measured" and r["precision"] == "fp32"]
     assert len(fp32) == 1 and fp32[0]["value"] > 0
-    assert "2*M*N*K" in fp32[0]["method"] and fp32[0]["statistic"] == "median"
+    assert fp32[0]["statistic"] == "best" and fp32[0]["value"] >= fp32[0]["median"]
+    assert fp32[0]["method"].startswith("best of 4 microbenchmarks (2 GEMMs")
+    assert "1 thread(s)" in fp32[0]["method"]
     mem = [r for r in c["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
     assert {r["benchmark"] for r in mem} == {"triad", "copy"}
     assert all(r["statistic"] == "best" and r["value"] >= r["median"] for r in mem)
     triad = next(r for r in mem if r["benchmark"] == "triad")
     assert "3 arrays" in triad["method"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_quick_roof_is_the_best_candidate(quick_ceilings, precision):
+    """Every GEMM and convolution is recorded; the roof is the fastest, and it says so."""
+    c, _, _, _ = quick_ceilings
+    if precision == "bf16" and not CPU_BF16:
+        pytest.skip("this CPU has no AVX512_BF16/AMX: bf16 is refused")
+    roof = next(r for r in c["roofs"] if r["source"] == "measured" and r["precision"] == precision)
+    cands = roof["candidates"]
+    assert [x["kind"] for x in cands] == ["gemm", "gemm", "conv", "conv"]
+    assert all(x["flops_best"] > 0 and x["times_s"]["min"] > 0 for x in cands)
+    assert [x["set_roof"] for x in cands].count(True) == 1
+    win = next(x for x in cands if x["set_roof"])
+    assert roof["value"] == win["flops_best"] == max(x["flops_best"] for x in cands)
+    assert roof["set_by"] == win["method"] and win["method"] in roof["method"]
+    gemm = cands[1]
+    assert gemm["method"].startswith("torch.matmul 1024x64x576 (MxNxK)")
+    assert gemm["flop"] == cl.gemm_flop(1024, 64, 576)
+    conv, conv_bwd = cands[2], cands[3]
+    assert conv["flop"] == cl.conv_flop(2, 16, 16, 16, 16, 3, 3)
+    assert conv_bwd["flop"] == 3 * conv["flop"] and "forward+backward" in conv_bwd["method"]
+    assert "oneDNN" in conv["method"] and "Winograd" in conv["method"]
+    dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
+    assert all(dtype in x["method"] for x in cands)
+
+
+def test_conv_flop_is_nominal_fma_two():
+    # 1 image, 3->8 channels, 4x4 output, 3x3 kernel: 8*16 outputs x 27 MACs x 2
+    assert cl.conv_flop(1, 3, 8, 4, 4, 3, 3) == 2 * 8 * 16 * 27
+    assert cl.conv_flop(2, 32, 32, 7, 7, 3, 3, groups=32) == 2 * 2 * 32 * 49 * 9  # depthwise
 
 
 def test_quick_fp32_below_derived_peak_or_flagged(quick_ceilings):
@@ -97,7 +137,7 @@ def test_quick_fp32_below_derived_peak_or_flagged(quick_ceilings):
 
 def test_quick_unsupported_precision_is_skipped_with_note(quick_ceilings):
     c, stderr, _, _ = quick_ceilings
-    assert [s["precision"] for s in c["skipped"]] == ["tf32"]
+    assert [s["precision"] for s in c["skipped"]] == ["tf32"] + ([] if CPU_BF16 else ["bf16"])
     assert "TF32" in c["skipped"][0]["reason"]
     assert "skipped tf32" in stderr
     assert not [r for r in c["roofs"] if r["precision"] == "tf32"]
@@ -195,8 +235,11 @@ def test_stream_array_bytes():
 
 
 def test_precision_support():
-    cpu = cl.precision_support("cpu")
+    cpu = cl.precision_support("cpu", cpu_flags=["avx512f", "avx512_bf16"])
     assert cpu["fp32"] is None and cpu["bf16"] is None and cpu["tf32"] and cpu["amp"]
+    assert cl.precision_support("cpu", cpu_flags=["amx_bf16"])["bf16"] is None
+    old = cl.precision_support("cpu", cpu_flags=["avx2", "fma"])
+    assert "AVX512_BF16 or AMX" in old["bf16"] and "emulate" in old["bf16"]
     t4 = cl.precision_support("cuda", cuda_cc=(7, 5))
     assert t4["fp32"] is None and t4["amp"] is None and "8.0" in t4["tf32"] and t4["bf16"]
     h100 = cl.precision_support("cuda", cuda_cc=(9, 0))

@@ -257,3 +257,20 @@ def test_no_successful_runs_draws_only_the_roofs(points):
     spec = json.loads(re.search(r"var spec = (\{.*\});\n", html).group(1))
     names = {lay.get("name") for lay in spec["layer"]}
     assert it.ROOFS in names and it.POINTS not in names
+
+
+def test_ai_range_bars_span_low_to_high(points):
+    points["ai_low"] = [20.0, float("nan"), 2.5, float("nan")]
+    points["ai_high"] = [40.0, float("nan"), 4.0, float("nan")]
+    points.loc[0, "bound"] = "inconclusive"
+    spec = it.roofline_chart(points, {"local": ceilings()}).to_dict()
+    rows = layer_rows(spec, it.AI_RANGES)
+    assert sorted((r["model"], r["ai_low"], r["ai_high"]) for r in rows) == [
+        ("mobilenet_v2", 2.5, 4.0),
+        ("resnet50", 20.0, 40.0),
+    ]
+    enc = layer(spec, it.AI_RANGES)["encoding"]
+    assert enc["x"]["field"] == "ai_low" and enc["x2"]["field"] == "ai_high"
+    assert enc["y"]["field"] == "flops"  # through the point, at its attained FLOP/s
+    by = {(r["model"], r["batch"]): r for r in layer_rows(spec, it.POINTS)}
+    assert "straddles the ridge" in by[("resnet50", 8)]["lever"]

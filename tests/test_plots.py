@@ -14,7 +14,14 @@ import pytest
 import plot_roofline as plot_roofline_cli
 from dnnroofline.aggregate import metrics_frame, roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.plots import ABOVE_ROOF_LABEL, AXIS_X, AXIS_Y, plot_roofline, plot_throughput
+from dnnroofline.plots import (
+    ABOVE_ROOF_LABEL,
+    AI_RANGE_LABEL,
+    AXIS_X,
+    AXIS_Y,
+    plot_roofline,
+    plot_throughput,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -349,3 +356,22 @@ def test_plot_clis(tmp_path, capsys):
     assert res.returncode == 0, res.stderr
     assert_valid_png(out / "throughput.png")
     assert len([i for i in svg_ids(out / "throughput.svg") if i.startswith("throughput-")]) == 2
+
+
+def test_ai_range_is_a_bar_through_the_point(tmp_path):
+    runs = [make_run("local", "resnet18", "fp32", 8, 1, median=0.5)]
+    _, pts = build(runs)
+    pts.loc[0, ["ai_low", "ai_high"]] = [pts.loc[0, "ai"] / 3, pts.loc[0, "ai"]]
+    svg = tmp_path / "r.svg"
+    info = plot_roofline(pts, CEILINGS, tmp_path / "r.png", svg, "t")
+    assert info["ai_ranges"] == 1
+    bar = svg_element(svg, "ai-range-local-resnet18-fp32-bs8")
+    path = next(e for e in bar.iter() if e.tag.endswith("path") and e.get("d"))
+    xy = [tuple(map(float, p.split())) for p in path.get("d")[1:].replace("L", "|").split("|")]
+    (x0, y0), (x1, y1) = xy[0], xy[-1]
+    assert y0 == pytest.approx(y1) and x1 > x0  # horizontal, left to right
+    assert AI_RANGE_LABEL in svg.read_text()
+    # without a range (NaN): no bar, no legend entry
+    pts.loc[0, ["ai_low", "ai_high"]] = [float("nan")] * 2
+    info = plot_roofline(pts, CEILINGS, None, tmp_path / "n.svg", "t")
+    assert info["ai_ranges"] == 0 and AI_RANGE_LABEL not in (tmp_path / "n.svg").read_text()

@@ -102,6 +102,15 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 
+def _cpu_has_bf16() -> bool:
+    from dnnroofline.ceilings import cpu_bf16_reason
+    from dnnroofline.study import detect_cpu_flags
+
+    flags = detect_cpu_flags()
+    return flags is None or cpu_bf16_reason(flags) is None
+
+
+@pytest.mark.skipif(not _cpu_has_bf16(), reason="this CPU has no AVX512_BF16/AMX")
 def test_cli_bf16_on_cpu_runs(tmp_path):
     proc, rec = run_cli(tmp_path, *TINY, *SHORT, "--backend", "cpu", "--precision", "bf16")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +128,18 @@ def test_precision_unsupported_on_cpu_is_refused(tmp_path, capsys, precision):
     err = capsys.readouterr().err
     assert f"--precision '{precision}'" in err and "backend 'cpu'" in err
     assert not out.exists()
+
+
+def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path, capsys, monkeypatch):
+    import dnnroofline.study
+
+    monkeypatch.setattr(dnnroofline.study, "detect_cpu_flags", lambda: ["avx2", "avx512f"])
+    out = tmp_path / "run.json"
+    argv = [*TINY, "--backend", "cpu", "--precision", "bf16", "--out", str(out)]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--precision 'bf16' is not supported on backend 'cpu' here" in err
+    assert "needs AVX512_BF16 or AMX" in err and not out.exists()
 
 
 def test_cli_amp_on_cpu_exits_2(tmp_path):

@@ -103,3 +103,30 @@ def test_alternation_matches_whole_names_only():
     pattern = re.compile(rf"^(?:{alternation(['gcp', 'gcp_l4'])})_x$")
     assert pattern.match("gcp_l4_x") and pattern.match("gcp_x")
     assert not pattern.match("gcp_l5_x")
+
+
+def test_cpu_bf16_needs_avx512_bf16_or_amx():
+    config = make_config(precisions=["fp32", "bf16"])
+    for flags in (["avx512f", "avx512_bf16"], ["amx_bf16", "amx_tile"], None):
+        study = make_study(config, cpu_flags=flags)  # None: flags unknown, not refused
+        assert {r.precision for r in study.runs()} == {"fp32", "bf16"}
+    with pytest.raises(InputError) as exc:
+        make_study(config, cpu_flags=["avx2", "fma", "avx512f"])
+    msg = str(exc.value)
+    assert "config study.precisions: precision 'bf16' is not supported on env 'local'" in msg
+    assert "needs AVX512_BF16 or AMX" in msg and "Supported on cpu here: fp32" in msg
+    # an env measured on another machine is not judged by this CPU's flags
+    config["envs"]["other"] = {"device": "cpu"}  # study.precisions: fp32 and bf16
+    config["measure_envs"] = ["local"]
+    config["envs"]["local"]["precisions"] = ["fp32"]
+    study = make_study(config, cpu_flags=["avx2"])
+    assert {r.precision for r in study.runs(["other"])} == {"fp32", "bf16"}
+
+
+def test_detect_cpu_flags_reads_cpuinfo(tmp_path):
+    from dnnroofline.study import detect_cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
+    assert detect_cpu_flags(str(info)) == ["fpu", "avx512f", "avx512_bf16"]
+    assert detect_cpu_flags(str(tmp_path / "none")) is None

@@ -4,7 +4,8 @@
     python workflow/scripts/roofline_points.py --metrics results/metrics.csv \
         --complexity results/complexity/*.json \
         --ceilings results/*/ceilings.json \
-        [--ncu results/*/ncu/*.json] --out results/roofline_points.csv
+        [--ncu results/*/ncu/*.json] [--perf results/*/perf/*.json] \
+        --out results/roofline_points.csv
 
 Complexity files are keyed by their ``arch`` and ``batch_size`` keys, ceilings
 files by their ``env`` key, and parsed ncu files by their name
@@ -54,6 +55,14 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
         )
     ncu = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
     ncu_sources = {key: by_stem[stem] for stem, key in matched.items()}
+    perf_by_stem = {Path(p).name.removesuffix(".json"): p for p in args.perf}
+    perf_matched, perf_unmatched = match_ncu_stems(perf_by_stem, groups)
+    for stem in perf_unmatched:
+        print(
+            f"roofline_points: warning: {perf_by_stem[stem]} matches no run group; ignored",
+            file=sys.stderr,
+        )
+    perf = {key: read_json(perf_by_stem[stem]) for stem, key in perf_matched.items()}
     return roofline_points_frame(
         metrics,
         complexity,
@@ -61,6 +70,8 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
         ncu,
         ceilings_sources=ceilings_sources,
         ncu_sources=ncu_sources,
+        perf=perf,
+        perf_sources={key: perf_by_stem[stem] for stem, key in perf_matched.items()},
     )
 
 
@@ -70,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--complexity", nargs="*", default=[], help="complexity JSON files")
     ap.add_argument("--ceilings", nargs="+", required=True, help="ceilings JSON files")
     ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files (GPU envs)")
+    ap.add_argument("--perf", nargs="*", default=[], help="perf counter JSON files (CPU envs)")
     ap.add_argument("--out", required=True, help="roofline points CSV to write")
     args = ap.parse_args(argv)
     try:

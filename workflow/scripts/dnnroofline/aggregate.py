@@ -20,9 +20,22 @@ FLOPs and bytes per step:
     ``status`` or ``status == "ok"``, and non-null ``totals.flop.total`` and
     ``totals.bytes.dram``. The ncu totals are taken to cover exactly one
     training step at the run's batch size (the profile stage captures one step).
+  * else ``ai_source = "perf"`` when the group's perf JSON (``results/{env}/perf/``,
+    CPU counters through ``perf stat``) has ``status == "ok"`` and the precision's
+    FLOPs are counted by the events (fp32): FLOPs and DRAM bytes per step from perf.
   * otherwise ``ai_source = "analytic"``: ``flops.train_step`` of the complexity
     JSON, and ``by_precision[precision].min_dram_bytes_per_step`` (falling back
     to the top-level ``min_dram_bytes_per_step``).
+
+AI range (``ai_low``, ``ai_high``), from the complexity JSON whatever the source:
+``ai_high`` = FLOPs / minimum DRAM bytes (a true lower bound on traffic, so an upper
+bound on AI), ``ai_low`` = FLOPs / the per-layer traffic model's upper estimate
+(:mod:`dnnroofline.traffic`), with the env's last-level cache from its ceilings
+(``llc_bytes``; unknown: every access counted). For an ``analytic`` point ``ai`` is
+``ai_high`` (the plotted value, as before) and ``bound`` is ``memory`` or ``compute``
+only when the whole range is on one side of the ridge, else ``inconclusive``. A
+measured point (``ncu``, ``perf``) keeps its own AI and bound, with the analytic range
+beside it for comparison. NaN where the complexity JSON has no traffic table.
 
 Peaks: the env's ceilings ``roofs``; compute roof selected by the *pipeline*
 precision name (fp32, tf32, amp, bf16; ``fp16`` accepted for amp), measured
@@ -41,8 +54,9 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
-from dnnroofline import roofline
+from dnnroofline import roofline, traffic
 from dnnroofline.errors import InputError
+from dnnroofline.perf import PERF_PRECISIONS
 
 RUN_STATUSES = ("ok", "oom", "error")
 GROUP_KEYS = ["env", "model", "precision", "batch_size"]
@@ -94,6 +108,8 @@ POINTS_COLUMNS = [
     "flop_per_step",
     "bytes_per_step",
     "ai",
+    "ai_low",
+    "ai_high",
     "ai_source",
     "step_median_s",
     "step_spread_s",
@@ -114,6 +130,8 @@ _POINTS_FLOAT = [
     "flop_per_step",
     "bytes_per_step",
     "ai",
+    "ai_low",
+    "ai_high",
     "step_median_s",
     "step_spread_s",
     "images_per_s",
@@ -397,6 +415,24 @@ def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
     )
 
 
+def perf_counts(doc: Mapping | None, precision: str, where: str) -> tuple[float, float] | None:
+    """(FLOPs, DRAM bytes) per step from a perf counter JSON, or None.
+
+    None: no file, ``status`` other than ``ok`` (``unavailable`` where the kernel has no
+    counters), or a precision whose FLOPs the events do not count (bf16 dot products).
+    """
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{where}: perf JSON must be an object")
+    if doc.get("status") != "ok" or precision not in PERF_PRECISIONS:
+        return None
+    return (
+        roofline.check_positive(f"{where}: flop_per_step", doc.get("flop_per_step")),
+        roofline.check_positive(f"{where}: dram_bytes_per_step", doc.get("dram_bytes_per_step")),
+    )
+
+
 def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[float, float]:
     """(train-step FLOPs, minimum DRAM bytes per step) from a complexity JSON.
 
@@ -420,6 +456,32 @@ def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[fl
         roofline.check_positive(f"{where}: flops.train_step", flop),
         roofline.check_positive(f"{where}: {key}", nbytes),
     )
+
+
+def analytic_ai_range(
+    complexity: Mapping | None, precision: str, llc_bytes: object
+) -> tuple[float, float]:
+    """``(ai_low, ai_high)`` of a complexity JSON at ``precision`` (NaN, NaN without one).
+
+    ``ai_high`` = train-step FLOPs / minimum DRAM bytes; ``ai_low`` = FLOPs / the
+    per-layer traffic model's estimate with a last-level cache of ``llc_bytes``.
+    """
+    if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
+        return math.nan, math.nan
+    block = complexity.get("traffic")
+    if not isinstance(block, Mapping):
+        return math.nan, math.nan  # a complexity JSON from before the traffic model
+    where = f"results/complexity/{complexity.get('arch')}_bs{complexity.get('batch_size')}.json"
+    flop, min_bytes = analytic_counts(complexity, precision, where)
+    llc = int(llc_bytes) if isinstance(llc_bytes, (int, float)) and llc_bytes > 0 else None
+    try:
+        high = traffic.step_traffic_bytes(
+            block, int(complexity["params"]), llc_bytes=llc, precision=precision
+        )
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    lo, hi, _ = traffic.ai_range(flop, min_bytes, high)
+    return lo, hi
 
 
 def _peaks(
@@ -458,6 +520,8 @@ def roofline_points_frame(
     ceilings_sources: Mapping[str, str] | None = None,
     ncu_sources: Mapping[tuple[str, str, str, int], str] | None = None,
     rel_tol: float = roofline.ABOVE_ROOF_RTOL,
+    perf: Mapping[tuple[str, str, str, int], Mapping | None] | None = None,
+    perf_sources: Mapping[tuple[str, str, str, int], str] | None = None,
 ) -> pd.DataFrame:
     """One row per (env, model, precision, batch_size) with exactly :data:`POINTS_COLUMNS`.
 
@@ -480,8 +544,12 @@ def roofline_points_frame(
         key = (env, model, precision, batch)
         ncu_where = ncu_sources.get(key, f"results/{env}/ncu/{ncu_stem(*key)}.json")
         counts = ncu_counts(ncu.get(key), ncu_where)
+        perf_where = (perf_sources or {}).get(key, f"results/{env}/perf/{ncu_stem(*key)}.json")
+        perf_c = perf_counts((perf or {}).get(key), precision, perf_where)
         if counts is not None:
             ai_source = "ncu"
+        elif perf_c is not None:
+            counts, ai_source = perf_c, "perf"
         else:
             ai_source = "analytic"
             cwhere = f"results/complexity/{model}_bs{batch}.json"
@@ -496,6 +564,12 @@ def roofline_points_frame(
         p = roofline.evaluate_point(
             counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
         )
+        ai_low, ai_high = analytic_ai_range(
+            complexity.get((model, batch)), precision, ceilings[env].get("llc_bytes")
+        )
+        bound = p.bound
+        if ai_source == "analytic" and math.isfinite(ai_low):
+            bound = traffic.bound_of_range(ai_low, ai_high, p.ridge_ai)
         roof_source = (
             compute.source
             if compute.source == memory.source
@@ -505,6 +579,8 @@ def roofline_points_frame(
             flop_per_step=p.flop_per_step,
             bytes_per_step=p.bytes_per_step,
             ai=p.ai,
+            ai_low=ai_low,
+            ai_high=ai_high,
             ai_source=ai_source,
             attained_flops=p.attained_flops,
             roof_flops=p.roof_flops,
@@ -513,7 +589,7 @@ def roofline_points_frame(
             peak_bandwidth=p.peak_bandwidth,
             ridge_ai=p.ridge_ai,
             efficiency=p.efficiency,
-            bound=p.bound,
+            bound=bound,
             above_roof=p.above_roof,
         )
         rows.append(row)

@@ -56,6 +56,15 @@ METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "devi
 
 POINT_COLUMNS = tuple(POINTS_COLUMNS)
 POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound")
+BOUNDS = ("memory", "compute", "inconclusive")
+#: The report's one sentence on the AI range (the bars through the points).
+AI_RANGE_SENTENCE = (
+    "The horizontal bar through a point is its analytic AI range: from FLOPs / a per-layer "
+    "traffic model (each layer reads its inputs and weights and writes its outputs, backward "
+    "reads the saved input and output gradient and writes the gradients; tensors that fit in "
+    "the last-level cache counted once) up to FLOPs / minimum DRAM bytes, where an analytic "
+    "point is plotted; when the range straddles the ridge the bound is <em>inconclusive</em>."
+)
 
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
 #: this is flagged as noisy.
@@ -347,9 +356,9 @@ def prepare_points(points: pd.DataFrame | None) -> pd.DataFrame:
         eff = att / roof if _isnum(att) and _isnum(roof) and roof > 0 else r["efficiency"]
         effs.append(float(eff) if _isnum(eff) else math.nan)
         b = (r["bound"] or "").strip().lower()
-        if b not in ("memory", "compute") and _isnum(r["ai"]) and _isnum(r["ridge_ai"]):
+        if b not in BOUNDS and _isnum(r["ai"]) and _isnum(r["ridge_ai"]):
             b = "memory" if r["ai"] < r["ridge_ai"] else "compute"
-        bounds.append(b if b in ("memory", "compute") else None)
+        bounds.append(b if b in BOUNDS else None)
         above = _to_bool(r["above_roof"]) or (_isnum(eff) and eff > 1.0 + 1e-9)
         aboves.append(above)
     df["eff"] = effs
@@ -1224,6 +1233,7 @@ def roofline_section(
         "ncu (FLOPs / DRAM bytes of the whole training step); on CPU and MPS there are no DRAM "
         "counters and AI is analytic (FLOPs / minimum DRAM bytes), an upper bound on the real "
         "AI. Attained FLOP/s = FLOPs per step / median step time of the uninstrumented runs.</p>"
+        f"<p>{AI_RANGE_SENTENCE}</p>"
     ]
     above_all = pts[pts["above"]] if len(pts) else pts
     if len(above_all):
@@ -1564,8 +1574,17 @@ def _point_html(r, pts, tp, cx, config, env_infos, ceilings) -> str:
         s += (
             f", so its roof is the {esc(prec)} compute peak, {esc(fmt_flops_rate(r['roof_flops']))}"
         )
+    elif bound == "inconclusive":
+        s += (
+            f"<strong>Bound inconclusive</strong>: its analytic AI range "
+            f"{esc(fmt_ai(r.get('ai_low')))} – {esc(fmt_ai(r.get('ai_high')))} straddles the "
+            f"ridge {esc(fmt_ai(ridge))}, so without traffic counters it may be either; it is "
+            f"plotted at {esc(fmt_ai(ai))} against {esc(fmt_flops_rate(r['roof_flops']))}"
+        )
     else:
         s += f"Bound unknown (AI {esc(fmt_ai(ai))}, ridge {esc(fmt_ai(ridge))})"
+    if bound in ("memory", "compute") and _isnum(r.get("ai_low")) and _isnum(r.get("ai_high")):
+        s += f"; analytic AI range {esc(fmt_ai(r['ai_low']))} – {esc(fmt_ai(r['ai_high']))}"
     if r["roof_source"]:
         s += f" ({esc(r['roof_source'])} roof)"
     s += f". It attains {esc(fmt_flops_rate(r['attained_flops']))}: "
@@ -1818,6 +1837,8 @@ def short_lever(bound: str | None, efficiency: Any, above: Any = False) -> str:
         return "overheads, not a roof: larger batch, torch.compile, fewer small kernels"
     if bound == "memory":
         return "raise AI: larger batch, operator fusion, lower-precision activations"
+    if bound == "inconclusive":
+        return "AI range straddles the ridge: traffic counters (perf, ncu) would decide"
     if bound == "compute":
         if _isnum(efficiency) and float(efficiency) >= HIGH_EFFICIENCY:
             return "near its roof: only a higher roof helps (tensor cores, lower precision)"
@@ -1856,6 +1877,12 @@ def _ips_cell(r: Mapping) -> str:
     return s + (" ⚠" if r["noisy"] else "")
 
 
+def _ai_range_text(r: Any) -> str:
+    """`` [low–high]``: a point's analytic AI range, or "" where it is unknown."""
+    lo, hi = r.get("ai_low"), r.get("ai_high")
+    return f" [{sig(lo)}–{sig(hi)}]" if _isnum(lo) and _isnum(hi) else ""
+
+
 def _at_a_glance_html(pts: pd.DataFrame, tp: pd.DataFrame) -> str:
     """One row per point: the five questions (speed, bound, distance from roof, lever)."""
     if pts.empty:
@@ -1882,7 +1909,7 @@ def _at_a_glance_html(pts: pd.DataFrame, tp: pd.DataFrame) -> str:
                 int(r["batch_size"]),
                 _ips_cell(t) if t is not None else sig(r["images_per_s"]),
                 sig(r["attained_flops"] / 1e9) if _isnum(r["attained_flops"]) else "–",
-                f"{sig(r['ai'])} ({r['ai_source'] or '?'})",
+                f"{sig(r['ai'])} ({r['ai_source'] or '?'})" + _ai_range_text(r),
                 r["bound_"] or "–",
                 fmt_pct(r["eff"]),
                 Raw("<span class=bad>above roof</span>")
@@ -1900,7 +1927,7 @@ def _at_a_glance_html(pts: pd.DataFrame, tp: pd.DataFrame) -> str:
             "batch",
             "images/s (min–max)",
             "GFLOP/s",
-            "AI FLOP/B (source)",
+            "AI FLOP/B (source) [range]",
             "bound",
             "efficiency",
             "distance from roof",

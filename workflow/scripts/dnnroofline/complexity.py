@@ -910,6 +910,142 @@ def peak_memory_bytes(
     return state + copy + activation_bytes + input_bytes + workspace
 
 
+# --------------------------------------------------------------------------- traffic
+
+
+def _alias_outputs(func: Any) -> bool:
+    """True for view ops (outputs alias an input without writing it): no data moves."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return False
+    for ret in schema.returns:
+        info = ret.alias_info
+        if info is not None and not info.is_write:
+            return True
+    return False
+
+
+def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
+    """Every data-moving aten op of one real train-mode forward of ``model(x)``.
+
+    Returns one record per op: ``inputs`` and ``outputs`` as lists of
+    ``(storage key, bytes, kind, fixed)``, kind ``param``, ``input``, ``act`` or
+    ``other`` (integer/bool tensors and buffers); ``fixed`` marks what does not grow
+    with the batch (weights, buffers, 0/1-dim tensors such as per-channel statistics).
+    Storages are keyed by address, and every tensor seen is kept alive until the end,
+    so no address is reused for another.
+    Views (outputs that alias an input) move nothing and are skipped. Buffers and
+    the train/eval mode are restored afterwards.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    buffers = {b.untyped_storage().data_ptr() for b in model.buffers()}
+    image = x.untyped_storage().data_ptr()
+    records: list[dict] = []
+    keep: list[torch.Tensor] = []
+
+    def describe(t: torch.Tensor) -> tuple[int, int, str, bool]:
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        if ptr in params:
+            kind = "param"
+        elif ptr == image:
+            kind = "input"
+        elif ptr in buffers or not t.is_floating_point():
+            kind = "other"
+        else:
+            kind = "act"
+        fixed = kind in ("param", "other") and ptr in params | buffers or t.dim() <= 1
+        return ptr, int(s.nbytes()), kind, fixed
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if _alias_outputs(func):
+                return out
+            ins = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
+            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            ins = [t for t in ins if t.untyped_storage().nbytes() > 0]
+            outs = [t for t in outs if t.untyped_storage().nbytes() > 0]
+            if ins or outs:
+                keep.extend(ins + outs)
+                records.append(
+                    {
+                        "op": str(func),
+                        "inputs": list(dict.fromkeys(describe(t) for t in ins)),
+                        "outputs": list(dict.fromkeys(describe(t) for t in outs)),
+                    }
+                )
+            return out
+
+    with (
+        _preserved_state(model),
+        warnings.catch_warnings(),
+        torch.enable_grad(),
+        Recorder(),
+    ):
+        warnings.simplefilter("ignore")
+        model.train()
+        out = model(x)
+    del out
+    keep.clear()
+    return records
+
+
+def traffic_table(records: Sequence[dict], batch_size: int, probe: int) -> list[list[int | str]]:
+    """The per-layer model's table (see :mod:`dnnroofline.traffic`) from traced op records.
+
+    Accesses per tensor: forward, one per op that reads or writes it; backward, per op
+    with a weight or activation input: saved activation inputs read, activation-input
+    gradients written, output gradients read, weights read and weight gradients
+    written. Bytes are scaled from ``probe`` images to ``batch_size`` (weights,
+    buffers and 0/1-dim tensors excepted; those are recorded at their own size).
+    """
+    size: dict[tuple[str, int], tuple[int, str, bool]] = {}
+    fwd: Counter[tuple[str, int]] = Counter()
+    bwd: Counter[tuple[str, int]] = Counter()
+    for rec in records:
+        for ptr, nbytes, kind, fixed in list(rec["inputs"]) + list(rec["outputs"]):
+            size.setdefault(("t", ptr), (nbytes, kind, fixed))
+            fwd[("t", ptr)] += 1
+        ins = rec["inputs"]
+        if not any(kind in ("param", "act") for _, _, kind, _ in ins):
+            continue  # buffer updates, integer bookkeeping, ops on the image alone
+        for ptr, nbytes, kind, fixed in ins:
+            if kind in ("act", "input", "other"):
+                bwd[("t", ptr)] += 1  # the saved input
+            if kind == "act":
+                size.setdefault(("g", ptr), (nbytes, "act_grad", fixed))
+                bwd[("g", ptr)] += 1  # input gradient written
+            if kind == "param":
+                bwd[("t", ptr)] += 1  # weight read (input gradient needs it)
+                size.setdefault(("w", ptr), (nbytes, "param_grad", True))
+                bwd[("w", ptr)] += 1  # weight gradient written
+        for ptr, nbytes, kind, fixed in rec["outputs"]:
+            if kind == "act":
+                size.setdefault(("g", ptr), (nbytes, "act_grad", fixed))
+                bwd[("g", ptr)] += 1  # output gradient read
+    rows: Counter[tuple[int, str, int, int]] = Counter()
+    for key, (nbytes, kind, fixed) in size.items():
+        b = nbytes if fixed else _scale(nbytes, batch_size, probe)
+        rows[(b, kind, fwd[key], bwd[key])] += 1
+    return [[b, kind, f, g, n] for (b, kind, f, g), n in sorted(rows.items())]
+
+
+def traffic_of_model(model: nn.Module, x: torch.Tensor, batch_size: int) -> dict:
+    """The ``traffic`` block of the complexity JSON: method and table at ``batch_size``."""
+    from dnnroofline import traffic as tr
+
+    records = trace_traffic(model, x)
+    return {
+        "method": tr.METHOD,
+        "ops": len(records),
+        "table": traffic_table(records, batch_size, int(x.shape[0])),
+    }
+
+
 # --------------------------------------------------------------------------- whole model
 
 
@@ -938,6 +1074,8 @@ def complexity_of_model(
     than one value per channel (a 1x1 feature map, e.g. resnet18 at 32x32).
     Raises InputError when the model cannot run at this image size.
     """
+    from dnnroofline import traffic as tr
+
     if not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"--batch-size {batch_size!r}: must be a positive integer")
     if not isinstance(image_size, int) or image_size < 1:
@@ -990,6 +1128,12 @@ def complexity_of_model(
         }
     fp32 = by_precision["fp32"]
     largest_fp32 = sc(saved.largest_bytes)
+    x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
+    traffic = traffic_of_model(model, x, batch_size)
+    for prec in PRECISIONS:
+        by_precision[prec]["traffic_bytes_no_cache"] = tr.step_traffic_bytes(
+            traffic, params, llc_bytes=None, precision=prec
+        )
     return {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",
@@ -1017,6 +1161,7 @@ def complexity_of_model(
         "min_dram_bytes_per_step": fp32["min_dram_bytes_per_step"],
         "peak_memory_bytes": fp32["peak_memory_bytes"],
         "by_precision": by_precision,
+        "traffic": traffic,
         "optimizer": dict(OPTIMIZER),
         "probe_batch": probe_batch,
         "saved_tensors_per_probe": saved.count,

@@ -12,6 +12,8 @@ A page holds one layered chart:
 - ``points``: one mark per roofline point (roofline_points.csv rows with an ok
   run); hovering shows env, model, precision, batch, AI and its source, attained
   GFLOP/s, roof, efficiency, bound and what would move it.
+- ``ai_ranges``: a horizontal bar through each point from ``ai_low`` to
+  ``ai_high``, its analytic AI range (per-layer traffic model .. minimum bytes).
 - ``above_roof``: a red ring around a point above its roof (a bug or a wrong
   peak: flagged, never hidden).
 - ``kernels``: one small mark per profiled kernel where parsed ncu JSONs exist
@@ -45,6 +47,7 @@ WIDTH = 720
 HEIGHT = 440
 #: Mark names: Vega data sets and SVG groups (``g.{name}_marks``) carry them.
 POINTS = "points"
+AI_RANGES = "ai_ranges"  # the horizontal bar of each point's analytic AI range
 KERNELS = "kernels"
 ROOFS = "roofs"
 #: Same colours as the static plots (matplotlib tab10), per precision.
@@ -128,6 +131,8 @@ def point_frame(points: pd.DataFrame, combined: bool) -> pd.DataFrame:
         return out.assign(ai=[], flops=[])
     out["ai"] = pts["ai"].astype(float)
     out["ai_source"] = pts["ai_source"].fillna("").astype(str)
+    for col in ("ai_low", "ai_high"):  # the analytic AI range (NaN where unknown)
+        out[col] = pts[col].astype(float) if col in pts else math.nan
     out["flops"] = pts["attained_flops"].astype(float)
     out["gflops"] = out["flops"] / 1e9
     out["roof_gflops"] = pts["roof_flops"].astype(float) / 1e9
@@ -305,6 +310,9 @@ def roofline_chart(
     ridges = [s["ridge"] for s in specs]
     peaks = [s["peak"] for s in specs]
     xs = list(pts["ai"]) + list(kern["ai"]) + ridges
+    for col in ("ai_low", "ai_high"):
+        if col in pts:
+            xs += [v for v in pts[col] if _isnum(v) and v > 0]
     ys = list(pts["flops"]) + list(kern["flops"]) + peaks
     xlo, xhi = _decade_range(xs, 4, 4)
     ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
@@ -486,6 +494,8 @@ def roofline_chart(
             alt.Tooltip("batch:Q", title="batch"),
             alt.Tooltip("ai:Q", title="AI (FLOP/byte)", format=",.3r"),
             alt.Tooltip("ai_source:N", title="AI source"),
+            alt.Tooltip("ai_low:Q", title="AI range: low (per-layer model)", format=",.3r"),
+            alt.Tooltip("ai_high:Q", title="AI range: high (minimum bytes)", format=",.3r"),
             alt.Tooltip("gflops:Q", title="GFLOP/s", format=",.3r"),
             alt.Tooltip("roof_gflops:Q", title="roof (GFLOP/s)", format=",.3r"),
             alt.Tooltip("efficiency:Q", title="efficiency (of roof)", format=".1%"),
@@ -504,6 +514,13 @@ def roofline_chart(
                 detail=["env:N", "model:N", "precision:N"], order="batch:Q"
             )
         )
+        ranged = pts[np.isfinite(pts["ai_low"]) & np.isfinite(pts["ai_high"])]
+        if len(ranged):
+            layers.append(
+                alt.Chart(ranged, name=AI_RANGES)
+                .mark_rule(strokeWidth=3, opacity=0.45, clip=True)
+                .encode(x="ai_low:Q", x2="ai_high:Q", y="flops:Q", color=color_enc, tooltip=tips)
+            )
         layers.append(
             alt.Chart(pts, name=POINTS)
             .mark_point(filled=True, size=110, stroke="#222222", strokeWidth=0.7, clip=True)

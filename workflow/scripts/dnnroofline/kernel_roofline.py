@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from dnnroofline import roofline
+from dnnroofline import roofline, traffic
 from dnnroofline.aggregate import match_ncu_stems, ncu_stem
 from dnnroofline.analysis import (
     Raw,
@@ -533,6 +533,28 @@ def explain_flops(row: Mapping) -> list[str]:
     return out
 
 
+def explain_ai_range(row: Mapping) -> list[str]:
+    """The ncu AI against the analytic AI range (per-layer model without cache .. minimum)."""
+    ai, lo, hi = row.get("ncu_ai"), row.get("analytic_ai_low"), row.get("analytic_ai_high")
+    if not (ai and lo and hi):
+        return []
+    where = traffic.position(ai, min(lo, hi), hi)
+    text = (
+        f"ncu AI {ai:.3g} FLOP/B against the analytic range {lo:.3g} – {hi:.3g} FLOP/B "
+        "(train-step FLOPs over the per-layer traffic model with no cache, and over the "
+        f"minimum bytes): {where}."
+    )
+    if where == "below":
+        text += (
+            " ncu saw more traffic than the per-layer model allows: kernels that re-read their "
+            "operands (implicit-GEMM convolutions tiling over a large input), workspaces, "
+            "and caches flushed before each replayed kernel."
+        )
+    elif where == "above":
+        text += " ncu saw less traffic than the minimum: a partial capture (backward missing?)."
+    return [text]
+
+
 def explain_bytes(row: Mapping) -> list[str]:
     """Why the analytic minimum and ncu DRAM bytes differ, from the numbers."""
     r = row.get("bytes_ratio")
@@ -627,9 +649,13 @@ def comparison_rows(
             "ncu_incomplete_dram": incomplete.get("bytes.dram"),
             "warnings": [str(w) for w in (doc.get("warnings") or [])] if ok else [],
         }
+        a_traffic = _pos(_get(comp, "by_precision", precision, "traffic_bytes_no_cache"))
+        row["analytic_ai_low"] = a_flop / a_traffic if a_flop and a_traffic else None
+        row["analytic_ai_high"] = a_flop / a_bytes if a_flop and a_bytes else None
+        row["ncu_ai"] = flop / dram if flop and dram else None
         if ok:
             row["flop_explanation"] = explain_flops(row)
-            row["bytes_explanation"] = explain_bytes(row)
+            row["bytes_explanation"] = explain_bytes(row) + explain_ai_range(row)
         else:
             row["flop_explanation"] = [
                 f"ncu capture {status}: {message or 'no message'}; no counts to compare."

@@ -6,6 +6,7 @@ and browsers can find them:
 
 - ``point-{env}-{model}-{precision}-bs{batch}``      one per roofline point
 - ``above-roof-{env}-{model}-{precision}-bs{batch}`` red ring on a point above its roof
+- ``ai-range-{env}-{model}-{precision}-bs{batch}``   horizontal bar: its analytic AI range
 - ``roof-{env}-compute-{precision}-{source}``        horizontal compute roof
 - ``roof-{env}-memory-{source}``                     diagonal memory roof
 - ``ridge-{env}-{precision}-{source}``               ridge-point marker
@@ -44,6 +45,7 @@ AXIS_X = "Arithmetic intensity (FLOP/byte)"
 AXIS_Y = "Attained performance (FLOP/s)"
 ABOVE_ROOF_LABEL = "above roof: check peak"
 ABOVE_ROOF_COLOR = "red"
+AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
 LINESTYLES = {"measured": "-", "datasheet": "--"}
 
 PRECISION_COLORS = {
@@ -246,6 +248,9 @@ def plot_roofline(
     ridges = [peak / bw for *_, peak, _, bw in roof_specs]
     peaks = [s[3] for s in roof_specs]
     ais = list(pts["ai"].astype(float)) if len(pts) else []
+    for col in ("ai_low", "ai_high"):
+        if col in pts:
+            ais += [v for v in pts[col].astype(float) if math.isfinite(v) and v > 0]
     att = list(pts["attained_flops"].astype(float)) if len(pts) else []
     xlo = 10 ** math.floor(math.log10(min(ais + ridges) / 4))
     xhi = 10 ** math.ceil(math.log10(max(ais + ridges) * 4))
@@ -337,9 +342,25 @@ def plot_roofline(
                         gid=_gid("sweep", env, model, prec),
                         zorder=4,
                     )
+        n_ranges = 0
         for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True):
             color = precision_color(r.precision)
             fill = env_fill[r.env] if combined else "full"
+            lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
+            if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
+                n_ranges += 1
+                ax.plot(
+                    [lo, hi],
+                    [r.attained_flops, r.attained_flops],
+                    color=color,
+                    linewidth=2.2,
+                    alpha=0.45,
+                    solid_capstyle="butt",
+                    marker="|",
+                    markersize=7,
+                    gid=_gid("ai-range", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
+                    zorder=4.5,
+                )
             ax.plot(
                 [r.ai],
                 [r.attained_flops],
@@ -442,6 +463,19 @@ def plot_roofline(
                 label="ridge point (FLOP/byte)",
             )
         )
+        if n_ranges:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.45",
+                    linewidth=2.2,
+                    alpha=0.45,
+                    marker="|",
+                    markersize=7,
+                    label=AI_RANGE_LABEL,
+                )
+            )
         if n_above:
             handles.append(
                 Line2D(
@@ -468,7 +502,12 @@ def plot_roofline(
             if i in headers:
                 text.set_fontweight("bold")
         save_figure(fig, out_png, out_svg)
-    return {"points": len(pts), "above_roof": n_above, "roofs": len(roof_specs)}
+    return {
+        "points": len(pts),
+        "above_roof": n_above,
+        "roofs": len(roof_specs),
+        "ai_ranges": n_ranges,
+    }
 
 
 # --------------------------------------------------------------------------- throughput

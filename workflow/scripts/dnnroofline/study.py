@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dnnroofline.ceilings import cpu_bf16_reason
 from dnnroofline.errors import InputError
 
 # Precisions each backend can train in: the one table that config validation and
@@ -54,6 +55,18 @@ class Run:
         return f"{self.config_key}_run{self.run}"
 
 
+def detect_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
+    """This CPU's flags from ``/proc/cpuinfo`` (no torch import); None where unreadable."""
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].split()
+    except OSError:
+        return None
+    return None
+
+
 def detect_device() -> str:
     """The best device this machine has, without importing torch (DAG building stays fast).
 
@@ -83,9 +96,11 @@ class Study:
         known_models: Iterable[str] | None = None,
         path_exists: Callable[[str], bool] = os.path.exists,
         cpu_count: int | None = None,
+        cpu_flags: Iterable[str] | None = None,
     ):
         self.config = config
         self.machine_device = machine_device
+        self._cpu_flags = cpu_flags  # this machine's CPU flags (None: unknown)
         self.study = config["study"]
         self.envs: dict[str, dict] = config["envs"]
         self._cpu_count = cpu_count or os.cpu_count() or 1
@@ -201,13 +216,22 @@ class Study:
     def _check_precisions(self, env: str) -> None:
         device = self.device(env)
         for precision in self.precisions(env):
-            if precision not in SUPPORTED_PRECISIONS[device]:
+            supported = list(SUPPORTED_PRECISIONS[device])
+            reason = None
+            if precision not in supported:
                 reason = UNSUPPORTED_REASON.get((device, precision), "not supported")
+            elif (device, precision) == ("cpu", "bf16") and env in self.measure_envs:
+                # native bf16 needs AVX512_BF16 or AMX (flags None: unknown, not refused)
+                reason = cpu_bf16_reason(self._cpu_flags) if self._cpu_flags is not None else None
+                if reason:
+                    supported.remove("bf16")
+            if reason:
                 where = "precisions" if self.envs[env].get("precisions") else "study.precisions"
                 raise InputError(
                     f"config {where}: precision {precision!r} is not supported on env {env!r} "
-                    f"(device {device}): {reason}. Supported on {device}: "
-                    f"{', '.join(SUPPORTED_PRECISIONS[device])}"
+                    f"(device {device}): {reason}. Supported on {device}"
+                    f"{' here' if len(supported) < len(SUPPORTED_PRECISIONS[device]) else ''}: "
+                    f"{', '.join(supported)}"
                 )
 
     def _check_unambiguous(self) -> None:

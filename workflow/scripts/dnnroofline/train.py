@@ -364,6 +364,14 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
                 f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}): "
                 f"{cfg.precision} needs native support (compute capability >= 8.0)"
             )
+    if backend == "cpu" and cfg.precision == "bf16":
+        from dnnroofline.ceilings import cpu_bf16_reason
+        from dnnroofline.study import detect_cpu_flags
+
+        flags = detect_cpu_flags()
+        why = cpu_bf16_reason(flags) if flags is not None else None
+        if why:
+            raise InputError(f"--precision 'bf16' is not supported on backend 'cpu' here: {why}")
     if cfg.data is not None:
         root = Path(cfg.data)
         if not root.is_dir():
