@@ -420,7 +420,7 @@ def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):
     # The parser's output for the CSV ncu wrote ...
     expected = parse_ncu_csv(H100_RAW)
     assert r["totals"] == expected["totals"]
-    assert r["totals"]["flop"]["total"] == 139_605_445_731
+    assert r["totals"]["flop"]["total"] == 139_605_445_821
     assert r["totals"]["bytes"]["dram"] == 364_904_448
     assert len(r["kernels"]) == 3
     assert r["source_file"] == str(csv_path)
