@@ -5,19 +5,21 @@ the counter self-test with crafted captures in ncu's raw-page format."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
-from test_ncu_profile import (  # noqa: F401 - fake_ncu is a fixture
+from test_ncu_profile import (
     DATA,
     DRIVER,
     H100_RAW,
     ROOT,
     STEP_RAW,
     calls,
-    fake_ncu,
+    make_fake_ncu,
     run_stage,
 )
 
@@ -48,6 +50,12 @@ COPY_STEP = DATA / "handmade_selftest_copy_step_raw.csv"
 PACKED = DATA / "handmade_packed_half_raw.csv"
 PIPE_NO_OPS = DATA / "handmade_tensor_pipe_no_ops_raw.csv"
 T = "sm__ops_path_tensor_"
+
+
+@pytest.fixture
+def fake_ncu(tmp_path):
+    return make_fake_ncu(tmp_path)
+
 
 # --------------------------------------------------------------------------- the two passes
 
@@ -322,3 +330,29 @@ def test_selftest_kernel_driver_without_a_gpu_records_why(tmp_path):
         cwd=ROOT,
     )
     assert bad.returncode == 2 and "--precision" in bad.stderr
+
+
+# --------------------------------------------------------------------------- roofline points
+
+
+def test_point_falls_back_to_analytic_with_the_reason_and_gives_both_flop_rates():
+    from test_aggregate import LOCAL_RUNS, points_for
+
+    key = ("local", "resnet18", "fp32", 16)
+    untrusted = {
+        "status": "untrusted_counters",
+        "message": "the counter self-test failed for fp32: gemm_fp32: ncu FLOPs ... (-10.0%)",
+        "totals": {"flop": {"total": 9e9}, "bytes": {"dram": 1e9}},
+    }
+    p = points_for(LOCAL_RUNS, ncu={key: untrusted}).iloc[0]
+    assert p["ai_source"] == "analytic"
+    assert p["ai_note"].startswith("ncu untrusted_counters: the counter self-test failed")
+    assert "-10.0%" in p["ai_note"]
+    assert math.isnan(p["executed_flops"])  # untrusted counts give no executed rate
+    assert p["useful_flops"] == pytest.approx(1.1e10 / 0.11)  # analytic / median step
+    ok = {"status": "ok", "totals": {"flop": {"total": 1.65e10}, "bytes": {"dram": 1e9}}}
+    q = points_for(LOCAL_RUNS, ncu={key: ok}).iloc[0]
+    assert q["ai_source"] == "ncu" and (pd.isna(q["ai_note"]) or q["ai_note"] is None)
+    assert q["executed_flops"] == pytest.approx(1.65e10 / 0.11)
+    assert q["useful_flops"] == pytest.approx(1.1e10 / 0.11)
+    assert q["useful_flops"] / q["executed_flops"] == pytest.approx(1.1 / 1.65)
