@@ -132,6 +132,7 @@ rule ncu_vs_analytic:
     input:
         ncu=ncu_files(),
         complexity=complexity_files(),
+        selftest=selftest_files(),
     output:
         report(
             "results/report_sections/ncu_vs_analytic.html",
@@ -148,4 +149,4 @@ rule ncu_vs_analytic:
         envs=ENVS,
     shell:
         "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
-        "--envs {params.envs} --out {output} > {log} 2>&1"
+        "--selftest {input.selftest} --envs {params.envs} --out {output} > {log} 2>&1"

@@ -204,3 +204,50 @@ def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
     assert clean["profiled_step_skipped"] is False
     timed = train.grad_scaler_record(65536.0, 32768.0, 20, profiled=False)
     assert timed["profiled_step_skipped"] is None and timed["scale_decreased"] is True
+
+
+# --------------------------------------------------------------------------- in the report
+
+
+def test_report_flags_throttled_runs_and_shows_both_flop_rates():
+    import pandas as pd
+
+    from dnnroofline import analysis as an
+
+    capped = summarize(
+        [{"sm_mhz": 1755, "mem_mhz": 2619, "power_w": 700.0, "reasons": POWER_CAP}] * 3,
+        0.1,
+        {"sm_max_mhz": 1980},
+    )
+    cool = summarize([{"sm_mhz": 1980, "mem_mhz": 2619, "power_w": 500.0, "reasons": 0}], 0.1)
+    runs = [
+        {"run_id": "gpu_resnet50_amp_bs64_run1", "gpu_telemetry": capped},
+        {"run_id": "gpu_resnet50_amp_bs64_run2", "gpu_telemetry": cool},
+        {"run_id": "gpu_resnet50_amp_bs64_run3", "gpu_telemetry": {"available": False,
+                                                                  "reason": "NVML: no GPU"}},
+        {"run_id": "local_resnet18_fp32_bs8_run1", "gpu_telemetry": None},
+    ]  # fmt: skip
+    html = an.gpu_clocks_html(runs)
+    assert "1 throttled run(s): gpu_resnet50_amp_bs64_run1." in html
+    assert "THROTTLED (sw_power_cap, 100.0% of samples)" in html
+    assert "1,755 / 1980" in html and "not throttled" in html and "NVML: no GPU" in html
+    assert "local_resnet18" not in html
+    assert an.gpu_clocks_html([{"run_id": "x"}]) == ""
+    points = pd.DataFrame(
+        [
+            {
+                "env": "gpu", "model": "resnet50", "precision": "amp", "batch_size": 64,
+                "runs_ok": 3, "runs_failed": 0, "flop_per_step": 1.6e12, "bytes_per_step": 3e10,
+                "ai": 53.3, "ai_source": "analytic", "step_median_s": 0.1,
+                "attained_flops": 1.6e13, "roof_flops": 1e14, "roof_source": "datasheet",
+                "peak_flops": 9.9e14, "peak_bandwidth": 3.35e12, "ridge_ai": 295.0,
+                "efficiency": 0.16, "bound": "memory", "above_roof": False,
+                "executed_flops": 1.8e13, "useful_flops": 1.6e13,
+                "ai_note": "ncu untrusted_counters: the counter self-test failed for amp",
+            }
+        ]
+    )  # fmt: skip
+    page = an.roofline_section([], points)
+    assert "executed GFLOP/s (ncu)" in page and "useful GFLOP/s (analytic)" in page
+    assert "<td class=num>18,000</td><td class=num>16,000</td>" in page
+    assert "ncu untrusted_counters: the counter self-test failed for amp" in page

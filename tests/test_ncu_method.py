@@ -356,3 +356,26 @@ def test_point_falls_back_to_analytic_with_the_reason_and_gives_both_flop_rates(
     assert q["executed_flops"] == pytest.approx(1.65e10 / 0.11)
     assert q["useful_flops"] == pytest.approx(1.1e10 / 0.11)
     assert q["useful_flops"] / q["executed_flops"] == pytest.approx(1.1 / 1.65)
+
+
+def test_report_page_shows_the_selftest_and_which_counter_failed(tmp_path):
+    import write_ncu_comparison
+
+    bf16, fp16 = cases_for(["bf16", "amp"])[:2]
+    copy = cases_for([])[0]
+    records = [
+        check_case(bf16, _combined(GEMM_BF16)),
+        check_case(fp16, _combined(GEMM_FP16_LOW)),
+        check_case(copy, _combined(H100_RAW, COPY_STEP)),
+    ]
+    path = tmp_path / "gpu" / "ncu" / "selftest.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(evaluate(["bf16", "amp"], records, env="gpu")))
+    out = tmp_path / "page.html"
+    assert write_ncu_comparison.main(["--selftest", str(path), "--out", str(out)]) == 0
+    html = out.read_text()
+    assert "Counter self-test" in html and "gpu: known kernels" in html
+    assert "gemm_fp16" in html and "-10.00%" in html and "FAILED" in html
+    assert "<strong>bf16</strong>: counters trusted" in html
+    assert "<strong>amp</strong>: <span class=bad>not trusted</span>, analytic AI" in html
+    assert "flop (kernel pass)" in html and "dram_bytes (step pass)" in html
