@@ -379,3 +379,39 @@ def test_report_page_shows_the_selftest_and_which_counter_failed(tmp_path):
     assert "<strong>bf16</strong>: counters trusted" in html
     assert "<strong>amp</strong>: <span class=bad>not trusted</span>, analytic AI" in html
     assert "flop (kernel pass)" in html and "dram_bytes (step pass)" in html
+
+
+# --------------------------------------------------------------------------- hierarchical roofs
+
+
+def test_hierarchical_plot_draws_the_captures_own_l1_l2_dram_roofs(tmp_path):
+    from test_kernel_roofline import CEILINGS, svg_ids
+
+    from dnnroofline.kernel_plots import plot_hierarchical
+    from dnnroofline.kernel_roofline import (
+        NCU_DERIVED,
+        env_roofs,
+        hierarchical_point,
+        hierarchical_roof_at,
+        with_ncu_memory_roofs,
+    )
+
+    ncu = {"status": "ok", **combine_passes(parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW))}
+    roofs = with_ncu_memory_roofs(env_roofs(CEILINGS), ncu)
+    assert roofs.memory["l2"] == {NCU_DERIVED: pytest.approx(5120 * 1.755e9)}
+    assert roofs.memory["dram"][NCU_DERIVED] == pytest.approx(1280 * 2.619e9)
+    assert "measured" in roofs.memory["dram"]  # the ceilings' own roofs stay
+    assert "at 1.75 GHz (measured)" in roofs.notes[f"l2:{NCU_DERIVED}"]
+    p = hierarchical_point(ncu, 0.01, "gpu", "resnet50", "amp", 32)
+    # L1/L2 have only the ncu-derived roof: it is the one the point is checked against.
+    assert hierarchical_roof_at(roofs, "amp", "l1", 1.0) == pytest.approx(16896 * 1.755e9)
+    svg = tmp_path / "h.svg"
+    info = plot_hierarchical(p, roofs, None, svg)
+    ids = svg_ids(svg)
+    for lv in ("l1", "l2", "dram"):
+        assert f"roof-gpu-memory-{lv}-{NCU_DERIVED}" in ids
+    assert info["cache_roofs"] == 2
+    text = svg.read_text()
+    assert "ncu-derived (at the measured clock)" in text
+    assert "lts__t_bytes.sum.peak_sustained x lts__cycles_elapsed.avg.per_second" in text
+    assert "not measured" not in text

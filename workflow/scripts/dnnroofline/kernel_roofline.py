@@ -163,9 +163,34 @@ def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     return Roofs(compute, memory)
 
 
+#: Source name of the memory roofs an ncu capture gives itself (step pass):
+#: ``<level>.peak_sustained`` x that unit's clock as measured in the same capture.
+NCU_DERIVED = "ncu-derived"
+
+
+def with_ncu_memory_roofs(roofs: Roofs, ncu: Mapping) -> Roofs:
+    """``roofs`` plus the capture's own L1/L2/DRAM roofs (``memory_roofs`` of the parsed
+    ncu JSON) as source ``ncu-derived``; each one's note names its counters and clock."""
+    memory = {lv: dict(v) for lv, v in roofs.memory.items()}
+    notes = dict(roofs.notes)
+    for level, r in (ncu.get("memory_roofs") or {}).items():
+        if level not in memory or not isinstance(r, Mapping):
+            continue
+        value = _pos(r.get("bytes_per_s"))
+        if value is None:
+            continue
+        memory[level][NCU_DERIVED] = value
+        clock = _pos(r.get("clock_hz"))
+        notes[f"{level}:{NCU_DERIVED}"] = (
+            f"{level.upper()} roof: {' x '.join(r.get('metrics') or [])}"
+            + (f" at {clock / 1e9:.3g} GHz (measured)" if clock else "")
+        )
+    return Roofs(dict(roofs.compute), memory, notes)
+
+
 def best(values: Mapping[str, float]) -> tuple[str, float] | None:
-    """The preferred (source, value): measured, then datasheet."""
-    for source in roofline.ROOF_SOURCES:
+    """The preferred (source, value): measured, then datasheet, then ncu-derived."""
+    for source in (*roofline.ROOF_SOURCES, NCU_DERIVED):
         if source in values:
             return source, values[source]
     return None

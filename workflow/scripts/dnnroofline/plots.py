@@ -44,7 +44,7 @@ AXIS_X = "Arithmetic intensity (FLOP/byte)"
 AXIS_Y = "Attained performance (FLOP/s)"
 ABOVE_ROOF_LABEL = "above roof: check peak"
 ABOVE_ROOF_COLOR = "red"
-LINESTYLES = {"measured": "-", "datasheet": "--"}
+LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
 
 PRECISION_COLORS = {
     "fp32": "tab:blue",
