@@ -135,7 +135,8 @@ def ncu_files():
         for c in STUDY.configs(STUDY.cuda_envs_measured())
     ]
     for env in copied_envs():
-        files += sorted(glob.glob(f"results/{env}/ncu/*.json"))
+        found = sorted(glob.glob(f"results/{env}/ncu/*.json"))
+        files += [f for f in found if os.path.basename(f) != "selftest.json"]
     return files
 
 

@@ -7,12 +7,41 @@
 include: "ncu_common.smk"
 
 
+# The counter self-test: known GEMMs (one per study precision) and a known copy,
+# through the same two ncu passes as the study's captures. A precision whose
+# counters fail it gets the analytic AI, with the reason (dnnroofline.ncu_selftest).
+rule ncu_selftest:
+    input:
+        ancient("results/{menv}/env_info.json"),
+    output:
+        "results/{menv}/ncu/selftest.json",
+    log:
+        "results/{menv}/logs/ncu/selftest.log",
+    benchmark:
+        "results/{menv}/benchmarks/ncu/selftest.tsv"
+    conda:
+        "../envs/profile.yaml"
+    resources:
+        measurement=1,
+    params:
+        script=script("ncu_selftest.py"),
+        ncu=ncu_settings.get("executable", "ncu"),
+        precisions=lambda w: " ".join(STUDY.precisions(w.menv)),
+        work=lambda w: f"results/{w.menv}/ncu/selftest",
+    shell:
+        "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
+        "--precisions {params.precisions} --work-dir {params.work} --out {output} > {log} 2>&1"
+
+
 rule ncu:
     input:
         # ancient: a re-taken fingerprint never re-runs finished profiles (as in train.smk)
-        ancient("results/{menv}/env_info.json"),
+        info=ancient("results/{menv}/env_info.json"),
+        selftest="results/{menv}/ncu/selftest.json",
     output:
+        # kernel pass (per kernel, cold cache) and step pass (the step as it runs)
         csv="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.csv",
+        step_csv="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.step.csv",
         json="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.json",
         # the driver's own run JSON of the profiled step (not a timing: it ran under ncu)
         driver_run="results/{menv}/ncu/driver/{menv}_{model}_{precision}_bs{batch}.json",
@@ -33,10 +62,13 @@ rule ncu:
         warmup=ncu_settings.get("warmup_iters", 3),
         declared_threads=lambda w: STUDY.threads(w.menv),
     shell:
-        "python {params.script} --ncu {params.ncu} --env-info {input} --csv-out {output.csv} "
-        "--json-out {output.json} --driver-run-out {output.driver_run} "
+        "python {params.script} --ncu {params.ncu} --env-info {input.info} "
+        "--csv-out {output.csv} --step-csv-out {output.step_csv} --json-out {output.json} "
+        "--driver-run-out {output.driver_run} "
+        "--selftest {input.selftest} --precision {wildcards.precision} "
         "-- python {params.driver} {params.args} "
-        "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} --env-info {input} "
+        "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} "
+        "--env-info {input.info} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_ncu "
         "--expect-threads {params.declared_threads} > {log} 2>&1"
 
@@ -100,6 +132,7 @@ rule ncu_vs_analytic:
     input:
         ncu=ncu_files(),
         complexity=complexity_files(),
+        selftest=selftest_files(),
     output:
         report(
             "results/report_sections/ncu_vs_analytic.html",
@@ -116,4 +149,4 @@ rule ncu_vs_analytic:
         envs=ENVS,
     shell:
         "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
-        "--envs {params.envs} --out {output} > {log} 2>&1"
+        "--selftest {input.selftest} --envs {params.envs} --out {output} > {log} 2>&1"

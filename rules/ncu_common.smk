@@ -23,3 +23,13 @@ def ncu_targets():
                 for ext in ("png", "svg")
             ]
     return files + ["results/report_sections/ncu_vs_analytic.html"]
+
+
+def selftest_files():
+    """The counter self-test of each CUDA env measured here, and of copied envs that have one."""
+    files = [f"results/{env}/ncu/selftest.json" for env in STUDY.cuda_envs_measured()]
+    for env in copied_envs():
+        path = f"results/{env}/ncu/selftest.json"
+        if os.path.exists(path):
+            files.append(path)
+    return files

@@ -99,7 +99,7 @@ def test_hierarchical_ais_are_flop_over_each_level_bytes(h100):
     # l1tex 805.306368 + 201.326592 + 50.331648 Mbyte; lts 402653184 + 201326592 + 75497472;
     # dram (read + write) 100,663.296 + 134,217.728 + 25,165.824 Kbyte + 33554432 + 67108864
     # + 4194304 byte.
-    flop, l1, l2, dram = 139_605_445_731, 1_056_964_608, 679_477_248, 364_904_448
+    flop, l1, l2, dram = 139_605_445_821, 1_056_964_608, 679_477_248, 364_904_448
     p = hierarchical_point(h100, 0.5, "gpu", "resnet50", "amp", 32)
     assert p.ai["l1"] == pytest.approx(flop / l1, rel=1e-12)
     assert p.ai["l2"] == pytest.approx(flop / l2, rel=1e-12)
@@ -117,7 +117,9 @@ def test_hierarchical_ais_of_the_gardenia_fixture():
     p = hierarchical_point(g, 10.0, "gpu", "sgemm", "fp32", 1)
     for lv, b in by_level.items():
         assert p.ai[lv] == pytest.approx(flop / b, rel=1e-12), lv
-    assert p.ai["dram"] == pytest.approx(73021154918400 / 818402825216, rel=1e-12)
+    # HFMA2 counts 4 FLOPs (packed two-wide): 2 more per instruction than before.
+    flop_total = 73021154918400 + 2 * 2_149_161_369_600
+    assert p.ai["dram"] == pytest.approx(flop_total / 818402825216, rel=1e-12)
 
 
 def test_hierarchical_levels_without_counters_are_none_and_noted(nnperf):
@@ -141,8 +143,8 @@ def test_attained_uses_the_timed_median_step_not_ncu_time(h100):
     assert step_time(pts, "gpu", "resnet50", "amp", 64) is None  # no ok run
     assert step_time(pts, "gpu", "resnet18", "amp", 32) is None  # no row
     p = hierarchical_point(h100, step, "gpu", "resnet50", "amp", 32)
-    assert p.attained_flops == pytest.approx(139_605_445_731 / 0.004)
-    assert p.attained_flops != pytest.approx(139_605_445_731 / h100["totals"]["time_s"])
+    assert p.attained_flops == pytest.approx(139_605_445_821 / 0.004)
+    assert p.attained_flops != pytest.approx(139_605_445_821 / h100["totals"]["time_s"])
     none = hierarchical_point(h100, None, "gpu", "resnet50", "amp", 32)
     assert none.attained_flops is None and not none.plottable
     assert any("no successful timed run" in n for n in none.notes)
@@ -353,7 +355,7 @@ def test_comparison_ratio_is_analytic_over_ncu_and_flags_out_of_range(nnperf, h1
     assert (r18["model"], r50["model"]) == ("resnet18", "resnet50")
     assert r18["flop_ratio"] == pytest.approx(14.8e9 / 4_928_393_620)
     assert r18["bytes_ratio"] == pytest.approx(3e8 / 709_948_840)
-    assert r50["flop_ratio"] == pytest.approx(1.6e11 / 139_605_445_731)
+    assert r50["flop_ratio"] == pytest.approx(1.6e11 / 139_605_445_821)
     assert r18["flop_flag"] is True  # 3.0
     assert r50["flop_flag"] is False  # 1.15
     assert r18["kernels_plotted"] == 59 and r18["kernels_skipped"] == 39

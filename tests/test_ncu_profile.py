@@ -17,6 +17,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.ncu import is_roofline_metric, parse_ncu_csv
 from dnnroofline.ncu_profile import (
     BASE_METRICS,
+    STEP_METRICS,
     build_ncu_command,
     diagnose_ncu_output,
     filter_supported_metrics,
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"
 PROFILE_NCU = ROOT / "workflow" / "scripts" / "profile_ncu.py"
 H100_RAW = DATA / "handmade_h100_raw_tensor.csv"
+STEP_RAW = DATA / "handmade_step_range_raw.csv"
 
 T = "sm__ops_path_tensor_"
 CUDA_CORE = [
@@ -313,14 +315,24 @@ if reject:
 print("the driver's own stdout: step 0 loss 6.9")  # application output goes to the console
 with open(log, "w") as fh:
     fh.write("==PROF== Connected to process 4242 (/usr/bin/python3)\\n")
-    if mode == "ok" or mode == "oom":
-        fh.write(open(os.environ["FAKE_NCU_CSV"]).read())
+    if mode == "ok" or mode == "oom" or (mode == "stepfail" and "app-range" not in argv):
+        step = argv[argv.index("--replay-mode") + 1] == "app-range"
+        table = os.environ["FAKE_NCU_STEP_CSV" if step else "FAKE_NCU_CSV"]
+        cases = os.environ.get("FAKE_NCU_CASE_DIR")  # the self-test: a table per case
+        if cases and "--case" in argv:
+            case = argv[argv.index("--case") + 1]
+            mine = os.path.join(cases, case + (".step" if step else ".kernel") + ".csv")
+            table = mine if os.path.exists(mine) else table
+        fh.write(open(table).read())
         fh.write("==PROF== Disconnected from process 4242\\n")
-        status = {{"ok": "ok", "oom": "oom"}}[mode]
+        status = {{"ok": "ok", "oom": "oom", "stepfail": "ok"}}[mode]
         with open(out, "w") as o:
             msg = None if status == "ok" else "CUDA out of memory"
             json.dump({{"status": status, "message": msg}}, o)
         sys.exit(0)
+    if mode == "stepfail":
+        fh.write("==ERROR== Range replay failed: unsupported API call in range.\\n")
+        sys.exit(1)
     if mode == "perm":
         fh.write(perm + "\\n")
         fh.write("==PROF== Disconnected from process 4242\\n")
@@ -337,6 +349,10 @@ with open(log, "w") as fh:
 
 @pytest.fixture
 def fake_ncu(tmp_path):
+    return make_fake_ncu(tmp_path)
+
+
+def make_fake_ncu(tmp_path):
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir()
     exe.write_text(FAKE_NCU.format(python=sys.executable))
@@ -344,12 +360,15 @@ def fake_ncu(tmp_path):
     return exe
 
 
-def run_stage(tmp_path, ncu, *extra, mode="ok", query=None, csv=H100_RAW, reject=()):
+def run_stage(
+    tmp_path, ncu, *extra, mode="ok", query=None, csv=H100_RAW, reject=(), step_csv=STEP_RAW
+):
     env = dict(os.environ)
     env.update(
         FAKE_NCU_REJECT=",".join(reject),
         FAKE_NCU_MODE=mode,
         FAKE_NCU_CSV=str(csv),
+        FAKE_NCU_STEP_CSV=str(step_csv),
         FAKE_NCU_RECORD=str(tmp_path / "calls.jsonl"),
         FAKE_NCU_QUERY=",".join(query or []),
     )
@@ -414,17 +433,33 @@ def test_stage_with_a_name_not_on_path(tmp_path):
 
 def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):
     supported = [m.split(".")[0] for m in metrics_for_arch("9.0") if "op_hmma" not in m]
+    supported += [m.split(".")[0] for m in STEP_METRICS]
     p, r, csv_path = run_stage(tmp_path, fake_ncu, "--compute-capability", "9.0", query=supported)
     assert p.returncode == 0, p.stdout + p.stderr
     assert r["status"] == "ok" and r["message"] is None, r["message"]
-    # The parser's output for the CSV ncu wrote ...
-    expected = parse_ncu_csv(H100_RAW)
-    assert r["totals"] == expected["totals"]
-    assert r["totals"]["flop"]["total"] == 139_605_445_731
-    assert r["totals"]["bytes"]["dram"] == 364_904_448
-    assert len(r["kernels"]) == 3
+    assert r["missing"] == []
+    # FLOPs and kernels from the kernel pass (the CSV ncu wrote for it) ...
+    kernel = parse_ncu_csv(H100_RAW)
+    step = parse_ncu_csv(STEP_RAW)
+    assert r["totals"]["flop"] == kernel["totals"]["flop"]
+    assert r["totals"]["flop"]["total"] == 139_605_445_821
+    assert len(r["kernels"]) == 3 and r["kernels"] == kernel["kernels"]
+    # ... bytes and time from the step pass (one range: the step as it ran).
+    assert r["totals"]["bytes"] == step["totals"]["bytes"]
+    assert r["totals"]["bytes"]["dram"] == 301_989_888
+    assert r["totals"]["time_s"] == pytest.approx(298.12e-6)
+    assert r["totals"]["arithmetic_intensity_dram"] == pytest.approx(139_605_445_821 / 301_989_888)
+    # The kernel pass's own (cold-cache) totals are kept, labelled, not used.
+    assert r["kernel_pass_totals"]["bytes"]["dram"] == 364_904_448
+    assert "cold cache" in r["kernel_pass_totals"]["label"]
+    assert r["provenance"]["totals.flop"] == "kernel"
+    assert r["provenance"]["totals.bytes"] == "step"
+    assert r["memory_roofs"]["dram"]["bytes_per_s"] == pytest.approx(1280 * 2.619e9)
     assert r["source_file"] == str(csv_path)
-    # ... plus what was run.
+    step_csv = csv_path.with_name("gpu_resnet50_bf16_bs32.step.csv")
+    assert r["step_source_file"] == str(step_csv)
+    assert parse_ncu_csv(step_csv)["totals"] == step["totals"]
+    # ... plus what was run, pass by pass, with its settings.
     ncu = r["ncu"]
     assert ncu["compute_capability"] == "9.0"
     assert ncu["metrics_requested"] == metrics_for_arch("9.0")
@@ -433,18 +468,31 @@ def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):
     assert ncu["metric_query"]["ok"] is True
     assert isinstance(ncu["wall_s"], float) and ncu["returncode"] == 0
     assert ncu["command"][0] == str(fake_ncu)
+    kp, sp = ncu["passes"]["kernel"], ncu["passes"]["step"]
+    assert (kp["replay_mode"], kp["cache_control"]) == ("kernel", "all")
+    assert kp["clock_control"] == "none"
+    assert (sp["replay_mode"], sp["cache_control"], sp["clock_control"]) == (
+        "app-range",
+        "none",
+        "none",
+    )
+    assert kp["status"] == sp["status"] == "ok"
+    assert sp["metrics"] == list(STEP_METRICS)
     assert r["driver_run"]["status"] == "ok"
-    # The real invocation: query first, then the profile of the whole step.
-    q, prof = calls(tmp_path)
+    # The real invocations: query first, then the kernel pass, then the step pass.
+    q, prof, steppass = calls(tmp_path)
     assert q == ["--query-metrics"]
+    assert prof[prof.index("--replay-mode") + 1] == "kernel"
+    assert steppass[steppass.index("--replay-mode") + 1] == "app-range"
     assert prof[prof.index("--profile-from-start") + 1] == "off"
     assert prof[prof.index("--metrics") + 1].split(",") == ncu["metrics"]
-    assert not [a for a in prof if "nvtx" in a.lower()]
+    assert not [a for a in prof + steppass if "nvtx" in a.lower()]
     driver = prof[prof.index("python") :]
     assert driver[: len(DRIVER)] == DRIVER
     assert driver[len(DRIVER)] == "--profile-step" and driver[len(DRIVER) + 1] == "--out"
+    assert steppass[steppass.index("python") :][: len(DRIVER)] == DRIVER
     # The raw CSV is kept, and parses on its own; app stdout stayed out of it.
-    assert parse_ncu_csv(csv_path)["totals"] == expected["totals"]
+    assert parse_ncu_csv(csv_path)["totals"] == kernel["totals"]
     assert "step 0 loss" not in csv_path.read_text()
     assert "step 0 loss" in p.stdout  # the rule's log has it
 
@@ -491,8 +539,8 @@ def test_stage_capture_without_roofline_counters_is_an_error(tmp_path, fake_ncu)
         tmp_path, fake_ncu, "--no-query", "--metrics", "gpu__time_duration.sum", csv=meinie
     )
     assert p.returncode == 0
-    assert r["status"] == "error" and r["reason"] == "missing_counters"
-    assert "FLOPs" in r["message"] and "DRAM" in r["message"]
+    assert r["status"] == "missing_counters" and r["reason"] == "no_flop_counters"
+    assert "FLOPs" in r["message"] and r["missing"]
     assert r["ncu"]["metrics"] == ["gpu__time_duration.sum"]
 
 
@@ -522,7 +570,8 @@ def test_stage_retries_without_metrics_ncu_rejects(tmp_path, fake_ncu):
     assert r["status"] == "ok", r["message"]
     assert r["ncu"]["metrics_dropped"] == [f"{bad}.sum"]
     assert f"{bad}.sum" not in r["ncu"]["metrics"]
-    first, second = calls(tmp_path)
+    first, second, step = calls(tmp_path)
+    assert step[step.index("--replay-mode") + 1] == "app-range"
     assert f"{bad}.sum" in first[first.index("--metrics") + 1].split(",")
     assert f"{bad}.sum" not in second[second.index("--metrics") + 1].split(",")
 
@@ -543,7 +592,13 @@ def test_stage_gives_up_when_ncu_rejects_every_metric(tmp_path, fake_ncu):
 
 
 def test_stage_with_a_relative_ncu_path(tmp_path, fake_ncu):
-    env = dict(os.environ, FAKE_NCU_MODE="ok", FAKE_NCU_CSV=str(H100_RAW), FAKE_NCU_QUERY="")
+    env = dict(
+        os.environ,
+        FAKE_NCU_MODE="ok",
+        FAKE_NCU_CSV=str(H100_RAW),
+        FAKE_NCU_STEP_CSV=str(STEP_RAW),
+        FAKE_NCU_QUERY="",
+    )
     p = subprocess.run(
         [
             sys.executable,
@@ -587,8 +642,9 @@ def test_stage_keeps_the_driver_run_json(tmp_path, fake_ncu):
     assert p.returncode == 0, p.stdout
     assert json.loads(kept.read_text()) == {"status": "oom", "message": "CUDA out of memory"}
     # The driver still writes to a scratch file, not to the kept path itself.
-    (prof,) = calls(tmp_path)
-    assert str(kept) not in prof
+    kernel_pass, *rest = calls(tmp_path)
+    assert rest == []  # a failed driver: no step pass after the kernel pass
+    assert str(kept) not in kernel_pass
 
 
 def test_stage_without_ncu_says_why_there_is_no_driver_run(tmp_path):

@@ -563,7 +563,7 @@ def test_cuda_profile_step_brackets_one_step_with_the_profiler(monkeypatch):
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
     cfg = train.TrainConfig(
-        arch="resnet18", batch_size=2, image_size=32, warmup_iters=1, iters=5,
+        arch="resnet18", batch_size=2, image_size=32, warmup_iters=2, iters=5,
         backend="cuda", profile_step=True,
     )  # fmt: skip
     rec = train.run(train.validate(cfg), progress=None)

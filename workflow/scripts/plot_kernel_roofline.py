@@ -31,6 +31,7 @@ from dnnroofline.kernel_roofline import (
     ncu_status,
     short_name,
     step_time,
+    with_ncu_memory_roofs,
 )
 
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"{args.points}: cannot read points CSV: {exc}") from exc
             step = step_time(points, args.env, args.model, args.precision, args.batch)
             point = hierarchical_point(ncu, step, args.env, args.model, args.precision, args.batch)
+            # The capture's own L1/L2/DRAM roofs (peak per cycle x measured clock).
+            roofs = with_ncu_memory_roofs(roofs, ncu)
             info = plot_hierarchical(point, roofs, args.png, args.svg, args.title)
             for note in point.notes:
                 print(f"plot_kernel_roofline: {label}: {note}", file=sys.stderr)

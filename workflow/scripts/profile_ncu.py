@@ -38,11 +38,14 @@ from collections import deque
 from pathlib import Path
 
 from dnnroofline.errors import InputError
-from dnnroofline.io import write_json_atomic, write_text_atomic
-from dnnroofline.ncu import empty_result, parse_ncu_text, read_text
+from dnnroofline.io import read_json, write_json_atomic, write_text_atomic
+from dnnroofline.ncu import empty_result, parse_ncu_text, read_text, tensor_counter_gap
 from dnnroofline.ncu_profile import (
+    PASSES,
+    STEP_METRICS,
     base_name,
     build_ncu_command,
+    combine_passes,
     diagnose_ncu_output,
     filter_supported_metrics,
     metrics_for_arch,
@@ -53,7 +56,9 @@ from dnnroofline.ncu_profile import (
     permission_message,
     prepare_driver_argv,
     query_metrics_command,
+    step_metrics_for_arch,
 )
+from dnnroofline.ncu_selftest import verdict_for
 
 NOTE_PREFIX = "==PROFILE_NCU=="
 
@@ -166,6 +171,159 @@ def write_driver_run(path: str | None, text: str | None, why: str) -> None:
     write_json_atomic(path, {"status": None, "message": why, "profiled_step": True})
 
 
+def run_pass(
+    pass_name: str,
+    exe: str,
+    metrics: list[str],
+    driver: list[str],
+    args: argparse.Namespace,
+    csv_out: str,
+) -> dict:
+    """One ncu pass over the driver's profiled step, with one retry without rejected metrics.
+
+    Returns the pass record (settings, command, metrics, return code, wall time,
+    dropped metrics), ncu's diagnosis, the parsed table (None when there is none),
+    the CSV text to keep, and the driver's run JSON.
+    """
+    rec: dict = {
+        **PASSES[pass_name],
+        "command": None,
+        "metrics": list(metrics),
+        "metrics_rejected": [],
+        "returncode": None,
+        "wall_s": None,
+        "status": None,
+        "reason": None,
+        "message": None,
+    }
+    out: dict = {"record": rec, "parsed": None, "csv_text": "", "driver_run": None}
+    out["driver_text"] = None
+    logtext = console = ""
+    for attempt in (1, 2):
+        with tempfile.TemporaryDirectory(prefix=f"profile_ncu.{pass_name}.") as tmp:
+            run_json = Path(tmp) / "driver_run.json"
+            log_file = Path(tmp) / "ncu.csv"
+            cmd = build_ncu_command(
+                exe,
+                metrics,
+                prepare_driver_argv(driver, str(run_json)),
+                log_file=str(log_file),
+                pass_name=pass_name,
+            )
+            # What the JSON records: the command with the scratch paths named as such.
+            rec["command"] = [
+                a.replace(str(log_file), csv_out).replace(
+                    str(run_json), "<scratch>/driver_run.json"
+                )
+                for a in cmd
+            ]
+            rec["metrics"] = list(metrics)
+            log(f"{pass_name} pass: running: " + " ".join(cmd))
+            rc, console, timed_out, wall = run_streaming(cmd, args.timeout)
+            rec["returncode"], rec["wall_s"] = rc, round(wall, 3)
+            logtext = read_text(log_file) if log_file.exists() else ""
+            out["driver_run"] = read_driver_run(run_json)
+            out["driver_text"] = run_json.read_text() if run_json.exists() else None
+        diag = diagnose_ncu_output(rc, logtext + "\n" + console, timed_out=timed_out)
+        rejected = [m for m in metrics if base_name(m) in diag.unknown_metrics]
+        if attempt == 2 or diag.reason != "unknown_metric" or not rejected:
+            break
+        if len(rejected) == len(metrics):
+            break
+        log(f"{pass_name} pass: ncu rejected {', '.join(rejected)}; running again without them")
+        metrics = [m for m in metrics if m not in rejected]
+        rec["metrics_rejected"] = [*rec["metrics_rejected"], *rejected]
+    out["diag"] = diag
+    # The table normally is in the log file; fall back to the console in case this
+    # ncu version printed it there.
+    parse_error = None
+    out["csv_text"] = logtext
+    for text in (logtext, console):
+        if not text.strip():
+            continue
+        try:
+            out["parsed"] = parse_ncu_text(text, csv_out)
+            out["csv_text"] = text
+            break
+        except InputError as err:
+            parse_error = parse_error or str(err)
+    if out["parsed"] is None:
+        if diag.status == "ok":
+            diag.status, diag.reason = "error", "no_table"
+            diag.message = f"ncu finished but wrote no usable table: {parse_error}"
+        quoted = "\n".join(ncu_message_lines(console, ("ERROR", "WARNING", "PROF")))
+        body = logtext if logtext.strip() else quoted + "\n"
+        out["csv_text"] = note_csv(diag.message or "", body)
+    rec.update(status=diag.status, reason=diag.reason, message=diag.message)
+    return out
+
+
+def judge(
+    kernel: dict,
+    step: dict | None,
+    kernel_metrics: list[str],
+    verdict: dict,
+    precision: str | None,
+) -> tuple[str, str | None, str | None, list[str]]:
+    """(status, reason, message, missing counters) of the combined capture."""
+    diag = kernel["diag"]
+    if diag.status != "ok":
+        return diag.status, diag.reason, diag.message, []
+    drv = kernel["driver_run"]
+    if drv is not None and drv.get("status") not in (None, "ok"):
+        return (
+            "error",
+            "app_failed",
+            f"the driver reported status {drv.get('status')!r}: {drv.get('message')}",
+            [],
+        )
+    parsed = kernel["parsed"]
+    gap = tensor_counter_gap(parsed, kernel_metrics)
+    if gap:
+        return (
+            "missing_counters",
+            "tensor_ops_not_counted",
+            f"the tensor pipe executed {parsed['tensor_pipe_instructions']} instructions but no "
+            f"usable tensor-op counter was collected ({', '.join(gap)}): tensor-core FLOPs "
+            "unknown; the roofline uses the analytic AI",
+            gap,
+        )
+    if parsed["totals"]["flop"]["total"] is None:
+        missing = [m for m in kernel_metrics if "sass_thread_inst" in m or "ops_path" in m]
+        return (
+            "missing_counters",
+            "no_flop_counters",
+            "the capture has no FLOPs (metrics dropped as unsupported: "
+            f"{', '.join(missing) or 'none requested'})",
+            missing or ["smsp__sass_thread_inst_executed_op_*", "sm__ops_path_tensor_*"],
+        )
+    if step is None or step["parsed"] is None:
+        why = step["diag"].message if step is not None else "the step pass did not run"
+        return (
+            "error",
+            "step_pass_failed",
+            f"the step pass ({PASSES['step']['replay_mode']} replay) gave no table: {why}; "
+            "the step's DRAM bytes are unknown (the kernel pass's cold-cache bytes are not "
+            "the step's)",
+            [],
+        )
+    if step["parsed"]["totals"]["bytes"]["dram"] is None:
+        return (
+            "missing_counters",
+            "no_dram_counters",
+            "the step pass has no DRAM bytes",
+            [m for m in STEP_METRICS if m.startswith("dram__bytes")],
+        )
+    if not verdict["trusted"]:
+        return (
+            "untrusted_counters",
+            "selftest_failed",
+            f"the counter self-test failed for {precision}: {verdict['reason']}",
+            [],
+        )
+    return "ok", None, None, []
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -178,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         usage="%(prog)s [options] --csv-out CSV --json-out JSON -- DRIVER_COMMAND ...",
     )
     ap.add_argument("--ncu", default="ncu", help="Nsight Compute CLI: a name on PATH or a path")
-    ap.add_argument("--csv-out", required=True, help="where the raw ncu CSV goes")
+    ap.add_argument("--csv-out", required=True, help="where the kernel pass's raw CSV goes")
+    ap.add_argument(
+        "--step-csv-out",
+        help="where the step pass's raw CSV goes (default: the --csv-out name with .step.csv)",
+    )
     ap.add_argument("--json-out", required=True, help="where the parsed counters JSON goes")
     ap.add_argument("--compute-capability", help="GPU CC such as 9.0 (default: detect)")
     ap.add_argument("--env-info", help="env_info.json to read the GPU's compute capability from")
@@ -192,13 +354,27 @@ def main(argv: list[str] | None = None) -> int:
         "--driver-run-out",
         help="where to keep the driver's run JSON of the profiled step (default: not kept)",
     )
-    ap.add_argument("--timeout", type=float, default=7200.0, help="seconds for the ncu run")
+    ap.add_argument(
+        "--selftest",
+        help="the env's counter self-test JSON: an untrusted precision is not 'ok'",
+    )
+    ap.add_argument("--precision", help="the study precision of this capture (for --selftest)")
+    ap.add_argument("--timeout", type=float, default=7200.0, help="seconds for each ncu pass")
     ap.add_argument("--query-timeout", type=float, default=300.0)
     args = ap.parse_args(own)
     if not driver:
         ap.error("no driver command: put it after '--'")
+    if args.selftest and not args.precision:
+        ap.error("--selftest needs --precision")
 
     csv_out, json_out = args.csv_out, args.json_out
+    step_csv_out = args.step_csv_out or str(Path(csv_out).with_suffix("")) + ".step.csv"
+    verdict = {"trusted": True, "reason": None, "checked": False}
+    try:
+        if args.selftest:
+            verdict = verdict_for(read_json(args.selftest), args.precision, args.selftest)
+    except InputError as err:
+        ap.error(str(err))
     info: dict = {
         "executable": args.ncu,
         "command": None,
@@ -211,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         "metric_query": {"ran": False, "ok": None, "message": None},
         "returncode": None,
         "wall_s": None,
+        "passes": {},
+        "selftest": {**verdict, "file": args.selftest, "precision": args.precision},
     }
 
     driver_text: str | None = None  # the driver's run JSON, once it has written one
@@ -218,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     def finish_failure(status: str, reason: str, message: str, csv_text: str) -> int:
         log(f"{status}: {message}")
         write_text_atomic(csv_out, csv_text)
+        if "step" not in info["passes"]:
+            write_text_atomic(step_csv_out, note_csv(f"step pass not run: {message}"))
         write_json_atomic(json_out, failure_json(csv_out, status, reason, message, info))
         write_driver_run(
             args.driver_run_out, driver_text, f"the driver wrote no run JSON: {status}: {message}"
@@ -242,10 +422,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.metrics
             else metrics_for_arch(cc_str)
         )
+        step_requested = step_metrics_for_arch(cc_str)
     except InputError as err:
         return finish_failure("unavailable", "gpu_not_supported", str(err), note_csv(str(err)))
     info["metrics_requested"] = requested
-    metrics = requested
+    metrics, step_metrics = requested, step_requested
 
     if not args.no_query:
         qcmd = query_metrics_command(exe)
@@ -271,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             info["metric_query"].update(ok=True, message=f"{len(available)} metrics listed")
             if sel.dropped:
                 log(f"metrics this GPU/ncu does not support, dropped: {', '.join(sel.dropped)}")
+            step_sel = filter_supported_metrics(step_requested, available)
+            step_metrics = step_sel.kept or step_requested
         else:
             tail = " | ".join(qtext.strip().splitlines()[-3:])
             info["metric_query"].update(
@@ -279,106 +462,55 @@ def main(argv: list[str] | None = None) -> int:
             log("ncu --query-metrics gave no metric list; using the full metric set")
     info["metrics"] = metrics
 
-    # One retry: if ncu rejects metric names (the query was skipped or failed), drop
-    # those and run again rather than lose the whole capture.
-    for attempt in (1, 2):
-        with tempfile.TemporaryDirectory(prefix="profile_ncu.") as tmp:
-            run_json = Path(tmp) / "driver_run.json"
-            log_file = Path(tmp) / "ncu.csv"
-            try:
-                cmd = build_ncu_command(
-                    exe, metrics, prepare_driver_argv(driver, str(run_json)), log_file=str(log_file)
-                )
-            except InputError as err:
-                return finish_failure("error", "bad_command", str(err), note_csv(str(err)))
-            # What the JSON records: the command with the scratch paths named as such.
-            info["command"] = [
-                a.replace(str(log_file), csv_out).replace(
-                    str(run_json), "<scratch>/driver_run.json"
-                )
-                for a in cmd
-            ]
-            info["metrics"] = metrics
-            log("running: " + " ".join(cmd))
-            try:
-                rc, console, timed_out, wall = run_streaming(cmd, args.timeout)
-            except OSError as err:
-                msg = f"{not_found_message(args.ncu)} ({type(err).__name__}: {err})"
-                return finish_failure("unavailable", "ncu_not_found", msg, note_csv(msg))
-            info["returncode"], info["wall_s"] = rc, round(wall, 3)
-            logtext = read_text(log_file) if log_file.exists() else ""
-            driver_run = read_driver_run(run_json)
-            driver_text = run_json.read_text() if run_json.exists() else None
-        diag = diagnose_ncu_output(rc, logtext + "\n" + console, timed_out=timed_out)
-        rejected = [m for m in metrics if base_name(m) in diag.unknown_metrics]
-        if attempt == 2 or diag.reason != "unknown_metric" or not rejected:
-            break
-        if len(rejected) == len(metrics):
-            break
-        log(f"ncu rejected {', '.join(rejected)}; running again without them")
-        metrics = [m for m in metrics if m not in rejected]
-        info["metrics_dropped"] = [*info["metrics_dropped"], *rejected]
-
-    # The table normally is in the log file; fall back to the console in case this
-    # ncu version printed it there.
-    parsed, parse_error, csv_text = None, None, logtext
-    for text in (logtext, console):
-        if not text.strip():
-            continue
-        try:
-            parsed = parse_ncu_text(text, csv_out)
-            csv_text = text
-            break
-        except InputError as err:
-            parse_error = parse_error or str(err)
-
-    if parsed is None:
-        if diag.status == "ok":
-            diag.status, diag.reason = "error", "no_table"
-            diag.message = f"ncu finished but wrote no usable table: {parse_error}"
-        quoted = "\n".join(ncu_message_lines(console, ("ERROR", "WARNING", "PROF")))
-        body = logtext if logtext.strip() else quoted + "\n"
+    try:
+        kernel = run_pass("kernel", exe, metrics, driver, args, csv_out)
+    except InputError as err:
+        return finish_failure("error", "bad_command", str(err), note_csv(str(err)))
+    except OSError as err:
+        msg = f"{not_found_message(args.ncu)} ({type(err).__name__}: {err})"
+        return finish_failure("unavailable", "ncu_not_found", msg, note_csv(msg))
+    krec = kernel["record"]
+    info["passes"]["kernel"] = krec
+    info["command"], info["metrics"] = krec["command"], krec["metrics"]
+    info["returncode"], info["wall_s"] = krec["returncode"], krec["wall_s"]
+    info["metrics_dropped"] = [*info["metrics_dropped"], *krec["metrics_rejected"]]
+    driver_text = kernel["driver_text"]
+    diag = kernel["diag"]
+    if kernel["parsed"] is None:
         return finish_failure(
-            diag.status,
-            diag.reason or "error",
-            diag.message or "",
-            note_csv(diag.message or "", body),
+            diag.status, diag.reason or "error", diag.message or "", kernel["csv_text"]
         )
 
-    status, reason, message = diag.status, diag.reason, diag.message
-    if status == "ok" and driver_run is not None and driver_run.get("status") not in (None, "ok"):
-        status, reason = "error", "app_failed"
-        message = (
-            f"the driver reported status {driver_run.get('status')!r}: {driver_run.get('message')}"
-        )
-    if status == "ok":
-        t = parsed["totals"]
-        gaps = [
-            name
-            for name, value in (("FLOPs", t["flop"]["total"]), ("DRAM bytes", t["bytes"]["dram"]))
-            if value is None
-        ]
-        if gaps:
-            status, reason = "error", "missing_counters"
-            message = (
-                f"the capture has no {' and no '.join(gaps)} (metrics dropped as unsupported: "
-                f"{', '.join(info['metrics_dropped']) or 'none'})"
-            )
+    step = None
+    drv = kernel["driver_run"]
+    if diag.status == "ok" and (drv is None or drv.get("status") in (None, "ok")):
+        step = run_pass("step", exe, step_metrics, driver, args, step_csv_out)
+        info["passes"]["step"] = step["record"]
+        write_text_atomic(step_csv_out, step["csv_text"])
+    else:
+        why = diag.message or f"the driver reported status {drv.get('status')!r}"
+        write_text_atomic(step_csv_out, note_csv(f"step pass not run: {why}"))
+
+    status, reason, message, missing = judge(kernel, step, metrics, verdict, args.precision)
+    combined = combine_passes(kernel["parsed"], step["parsed"] if step is not None else None)
     result = {
         "status": status,
         "reason": reason,
         "message": message,
-        **parsed,
+        "missing": missing,
+        **combined,
+        "step_source_file": step_csv_out,
         "ncu": info,
-        "driver_run": driver_run,
+        "driver_run": kernel["driver_run"],
+        "step_driver_run": step["driver_run"] if step is not None else None,
     }
-    write_text_atomic(csv_out, csv_text)
+    write_text_atomic(csv_out, kernel["csv_text"])
     write_json_atomic(json_out, result)
     write_driver_run(args.driver_run_out, driver_text, "the driver wrote no run JSON")
-    t = parsed["totals"]
+    t = result["totals"]
     log(
-        f"{status}: {t['kernels']} kernels, FLOP {t['flop']['total']}, "
-        f"DRAM bytes {t['bytes']['dram']}" + (f" ({message})" if message else "")
+        f"{status}: {t['kernels']} kernels, FLOP {t['flop']['total']} (kernel pass), "
+        f"DRAM bytes {t['bytes']['dram']} (step pass)" + (f" ({message})" if message else "")
     )
     return 0
 

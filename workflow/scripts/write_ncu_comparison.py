@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files")
     ap.add_argument("--complexity", nargs="*", default=[], help="complexity JSON files")
     ap.add_argument("--envs", nargs="*", default=[], help="the study's env names")
+    ap.add_argument("--selftest", nargs="*", default=[], help="results/{env}/ncu/selftest.json")
     ap.add_argument("--out", required=True, help="HTML page to write")
     args = ap.parse_args(argv)
     try:
@@ -39,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         docs = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
         sources = {key: by_stem[stem] for stem, key in matched.items()}
         rows = comparison_rows(docs, complexity, sources)
-        write_text_atomic(args.out, comparison_page(rows, [by_stem[s] for s in unmatched]))
+        selftests = {}
+        for path in args.selftest:
+            doc = read_json(path)
+            selftests[doc.get("env") or Path(path).parent.parent.name] = doc
+        page = comparison_page(rows, [by_stem[s] for s in unmatched], selftests)
+        write_text_atomic(args.out, page)
     except InputError as exc:
         print(f"write_ncu_comparison: error: {exc}", file=sys.stderr)
         return 2

@@ -125,6 +125,10 @@ POINTS_COLUMNS = [
     "efficiency",
     "bound",
     "above_roof",
+    # issue 8: the two FLOP rates, and why a GPU point's AI is analytic
+    "executed_flops",
+    "useful_flops",
+    "ai_note",
 ]
 _POINTS_FLOAT = [
     "flop_per_step",
@@ -143,6 +147,8 @@ _POINTS_FLOAT = [
     "peak_bandwidth",
     "ridge_ai",
     "efficiency",
+    "executed_flops",
+    "useful_flops",
 ]
 
 #: ``dtype=`` for ``pd.read_csv`` of the two tables: names stay strings.
@@ -162,6 +168,7 @@ POINTS_DTYPES = {
     "ai_source": "str",
     "roof_source": "str",
     "bound": "str",
+    "ai_note": "str",
 }
 
 _RUN_SUFFIX = re.compile(r"_run(\d+)$")
@@ -415,6 +422,28 @@ def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
     )
 
 
+def ncu_note(ncu: Mapping | None) -> str | None:
+    """Why a capture gave no AI (its status and message), or None for a usable one."""
+    if not isinstance(ncu, Mapping) or ncu.get("status", "ok") == "ok":
+        return None
+    return f"ncu {ncu.get('status')}: {ncu.get('message') or ncu.get('reason') or 'no message'}"
+
+
+def flop_rates(
+    ncu_counts_: tuple[float, float] | None, complexity: Mapping | None, step_s: float
+) -> tuple[float, float]:
+    """(executed FLOP/s, useful FLOP/s) of a point; NaN where the count is missing.
+
+    Executed: ncu's FLOPs (padding, recomputation and all) over the median step.
+    Useful: the analytic model FLOPs over the median step (the MFU convention).
+    """
+    executed = ncu_counts_[0] / step_s if ncu_counts_ is not None else math.nan
+    useful = math.nan
+    if complexity is not None and complexity.get("status", "ok") == "ok":
+        flop = _get(complexity, "flops", "train_step")
+        if isinstance(flop, (int, float)) and flop > 0:
+            useful = flop / step_s
+    return executed, useful
 def perf_counts(doc: Mapping | None, precision: str, where: str) -> tuple[float, float] | None:
     """(FLOPs, DRAM bytes) per step from a perf counter JSON, or None.
 
@@ -544,6 +573,8 @@ def roofline_points_frame(
         key = (env, model, precision, batch)
         ncu_where = ncu_sources.get(key, f"results/{env}/ncu/{ncu_stem(*key)}.json")
         counts = ncu_counts(ncu.get(key), ncu_where)
+        executed, useful = flop_rates(counts, complexity.get((model, batch)), g["step_median_s"])
+        row.update(executed_flops=executed, useful_flops=useful, ai_note=ncu_note(ncu.get(key)))
         perf_where = (perf_sources or {}).get(key, f"results/{env}/perf/{ncu_stem(*key)}.json")
         perf_c = perf_counts((perf or {}).get(key), precision, perf_where)
         if counts is not None:

@@ -55,7 +55,7 @@ METRIC_COLUMNS = tuple(METRICS_COLUMNS)
 METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "device")
 
 POINT_COLUMNS = tuple(POINTS_COLUMNS)
-POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound")
+POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound", "ai_note")
 BOUNDS = ("memory", "compute", "inconclusive")
 #: The report's one sentence on the AI range (the bars through the points).
 AI_RANGE_SENTENCE = (
@@ -1208,9 +1208,66 @@ def measurement_section(
             f"<p class=note>{n_fail} failed run(s) are excluded from these tables; "
             "see the analysis section for their messages.</p>"
         )
+    parts.append(gpu_clocks_html(runs))
     parts.append("<h2>Step-time distribution per run</h2>")
     parts.append(step_distribution_html(m, runs))
     return page("Measurement", "\n".join(parts))
+
+
+def gpu_clocks_html(runs: Sequence[Mapping] | None) -> str:
+    """GPU clocks, power and temperature of each sampled CUDA run; throttled runs flagged."""
+    sampled = [r for r in runs or [] if isinstance(r.get("gpu_telemetry"), Mapping)]
+    if not sampled:
+        return ""
+
+    def med(t: Mapping, key: str) -> str:
+        v = t.get(key)
+        return sig(v["median"]) if isinstance(v, Mapping) else "–"
+
+    rows, classes, flagged = [], [], []
+    for r in sorted(sampled, key=lambda x: str(x.get("run_id"))):
+        t = r["gpu_telemetry"]
+        if not t.get("available"):
+            rows.append([r.get("run_id") or "?", "–", "–", "–", "–", t.get("reason") or "?"])
+            classes.append(None)
+            continue
+        lim = t.get("limits") or {}
+        sm = med(t, "sm_mhz") + (f" / {lim['sm_max_mhz']}" if lim.get("sm_max_mhz") else "")
+        verdict = (
+            Raw(
+                f"<span class=bad>THROTTLED ({esc(', '.join(t.get('limiting_reasons') or []))}, "
+                f"{esc(fmt_pct(t.get('throttled_fraction')))} of samples)</span>"
+            )
+            if t.get("throttled")
+            else "not throttled"
+        )
+        if t.get("throttled"):
+            flagged.append(str(r.get("run_id")))
+        rows.append(
+            [
+                r.get("run_id") or "?",
+                sm,
+                med(t, "mem_mhz"),
+                med(t, "power_w"),
+                med(t, "temperature_c"),
+                verdict,
+            ]
+        )
+        classes.append("flag" if t.get("throttled") else None)
+    head = (
+        "<h2>GPU clocks while timing</h2><p>NVML sampled the timed steps of each CUDA run "
+        "(medians; SM clock against its maximum). A run is <strong>throttled</strong> when a "
+        "power cap, thermal or hardware slowdown held the clocks down in any sample: its "
+        "images/s is lower than the GPU's unthrottled speed.</p>"
+    )
+    if flagged:
+        head += f"<p class=warn>{len(flagged)} throttled run(s): {esc(_join(flagged))}.</p>"
+    return head + table(
+        ["run", "SM MHz", "memory MHz", "power W", "temperature °C", "throttle"],
+        rows,
+        num_cols=[1, 2, 3, 4],
+        row_classes=classes,
+    )
 
 
 # --------------------------------------------------------------------------- roofline
@@ -1232,7 +1289,12 @@ def roofline_section(
         "compute-bound. Efficiency = attained FLOP/s / roof at that AI. On GPU, AI comes from "
         "ncu (FLOPs / DRAM bytes of the whole training step); on CPU and MPS there are no DRAM "
         "counters and AI is analytic (FLOPs / minimum DRAM bytes), an upper bound on the real "
-        "AI. Attained FLOP/s = FLOPs per step / median step time of the uninstrumented runs.</p>"
+        "AI. Attained FLOP/s = FLOPs per step / median step time of the uninstrumented runs. "
+        "Two rates are named apart: executed FLOP/s = ncu's FLOPs / median step (all the GPU "
+        "executed, padding and recomputation included) and useful FLOP/s = analytic model FLOPs "
+        "/ median step (the model-FLOPs-utilisation convention). A GPU point whose counters are "
+        "missing or failed the counter self-test uses the analytic AI; the flag column says "
+        "why.</p>"
         f"<p>{AI_RANGE_SENTENCE}</p>"
     ]
     above_all = pts[pts["above"]] if len(pts) else pts
@@ -1345,16 +1407,23 @@ def roofline_section(
                     r["ai_source"] or "–",
                     fmt_ai(r["ridge_ai"]),
                     sig(r["attained_flops"] / 1e9) if _isnum(r["attained_flops"]) else "–",
+                    sig(r["executed_flops"] / 1e9) if _isnum(r["executed_flops"]) else "–",
+                    sig(r["useful_flops"] / 1e9) if _isnum(r["useful_flops"]) else "–",
                     sig(r["roof_flops"] / 1e9) if _isnum(r["roof_flops"]) else "–",
                     r["roof_source"] or "–",
                     fmt_pct(r["eff"]),
                     r["bound_"] or "–",
-                    Raw("<span class=bad>ABOVE ROOF: check the peak or the FLOP count</span>")
-                    if r["above"]
-                    else "",
+                    Raw(
+                        (
+                            "<span class=bad>ABOVE ROOF: check the peak or the FLOP count</span>"
+                            if r["above"]
+                            else ""
+                        )
+                        + (f"<span class=warn>{esc(r['ai_note'])}</span>" if r["ai_note"] else "")
+                    ),
                 ]
             )
-            classes.append("flag" if r["above"] else None)
+            classes.append("flag" if r["above"] or r["ai_note"] else None)
         parts.append(
             table(
                 [
@@ -1365,6 +1434,8 @@ def roofline_section(
                     "AI source",
                     "ridge",
                     "attained GFLOP/s",
+                    "executed GFLOP/s (ncu)",
+                    "useful GFLOP/s (analytic)",
                     "roof GFLOP/s",
                     "roof source",
                     "efficiency",
@@ -1372,7 +1443,7 @@ def roofline_section(
                     "flag",
                 ],
                 rows,
-                num_cols=[2, 3, 5, 6, 7, 9],
+                num_cols=[2, 3, 5, 6, 7, 8, 9, 11],
                 caption=str(env),
                 row_classes=classes,
             )

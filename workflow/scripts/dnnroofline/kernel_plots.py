@@ -32,6 +32,7 @@ from dnnroofline.kernel_roofline import (
     LEVEL_METRICS,
     LEVEL_NAMES,
     LEVELS,
+    NCU_DERIVED,
     PATH_LABELS,
     TENSOR_PRECISIONS,
     HierarchicalPoint,
@@ -329,6 +330,16 @@ def plot_hierarchical(
             Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
             for s in roofline.ROOF_SOURCES
         ]
+        if any(NCU_DERIVED in mem[lv] for lv in LEVELS):
+            roof_items.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.2",
+                    linestyle=LINESTYLES[NCU_DERIVED],
+                    label="ncu-derived (at the measured clock)",
+                )
+            )
         roof_items += [
             Line2D([], [], color=LEVEL_COLORS[lv], linewidth=2, label=f"{LEVEL_NAMES[lv]} roof")
             for lv in LEVELS
@@ -336,7 +347,7 @@ def plot_hierarchical(
         ]
         roof_items.append(Line2D([], [], color=precision_color(prec), linewidth=3, label=prec))
         missing_roofs = [LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv]]
-        notes = []
+        notes = [_note(text) for _key, text in sorted(roofs.notes.items())]
         if missing_roofs:
             notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
             notes.append(_note("  (no cache_roofs in ceilings.json)"))

@@ -163,9 +163,34 @@ def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     return Roofs(compute, memory)
 
 
+#: Source name of the memory roofs an ncu capture gives itself (step pass):
+#: ``<level>.peak_sustained`` x that unit's clock as measured in the same capture.
+NCU_DERIVED = "ncu-derived"
+
+
+def with_ncu_memory_roofs(roofs: Roofs, ncu: Mapping) -> Roofs:
+    """``roofs`` plus the capture's own L1/L2/DRAM roofs (``memory_roofs`` of the parsed
+    ncu JSON) as source ``ncu-derived``; each one's note names its counters and clock."""
+    memory = {lv: dict(v) for lv, v in roofs.memory.items()}
+    notes = dict(roofs.notes)
+    for level, r in (ncu.get("memory_roofs") or {}).items():
+        if level not in memory or not isinstance(r, Mapping):
+            continue
+        value = _pos(r.get("bytes_per_s"))
+        if value is None:
+            continue
+        memory[level][NCU_DERIVED] = value
+        clock = _pos(r.get("clock_hz"))
+        notes[f"{level}:{NCU_DERIVED}"] = (
+            f"{level.upper()} roof: {' x '.join(r.get('metrics') or [])}"
+            + (f" at {clock / 1e9:.3g} GHz (measured)" if clock else "")
+        )
+    return Roofs(dict(roofs.compute), memory, notes)
+
+
 def best(values: Mapping[str, float]) -> tuple[str, float] | None:
-    """The preferred (source, value): measured, then datasheet."""
-    for source in roofline.ROOF_SOURCES:
+    """The preferred (source, value): measured, then datasheet, then ncu-derived."""
+    for source in (*roofline.ROOF_SOURCES, NCU_DERIVED):
         if source in values:
             return source, values[source]
     return None
@@ -701,8 +726,67 @@ NO_NCU_HTML = (
 )
 
 
-def comparison_page(rows: Sequence[Mapping], unmatched: Sequence[str] = ()) -> str:
-    """The report page: a table and a generated explanation per capture."""
+def selftest_html(selftests: Mapping[str, Mapping]) -> str:
+    """The counter self-test of each env: every known kernel and the verdict per precision."""
+    if not selftests:
+        return ""
+    parts = [
+        "<h2>Counter self-test</h2><p>Before the study's captures, the ncu stage profiles "
+        "kernels whose answer is known, with the same metrics and the same two passes: a "
+        "GEMM per precision (2·M·N·K FLOPs; fp32 with TF32 off on CUDA cores, the others on "
+        "tensor cores) and a device copy (DRAM bytes = read + written). Within ±2% (FLOPs) "
+        "and ±10% (DRAM bytes) a precision's counters are trusted; otherwise its points use "
+        "the analytic AI.</p>"
+    ]
+    for env in sorted(selftests):
+        doc = selftests[env]
+        rows, classes = [], []
+        for c in doc.get("cases") or []:
+            rel = c.get("rel_error")
+            rows.append(
+                [
+                    c.get("case"),
+                    f"{c.get('quantity')} ({c.get('pass')} pass)",
+                    f"{c['expected']:.6g}" if c.get("expected") is not None else "–",
+                    f"{c['measured']:.6g}" if c.get("measured") is not None else "–",
+                    f"{rel:+.2%}" if rel is not None else "–",
+                    f"±{c.get('tolerance', 0):.0%}",
+                    "ok"
+                    if c.get("ok")
+                    else Raw(f"<span class=bad>FAILED</span> {esc(c.get('reason'))}"),
+                ]
+            )
+            classes.append(None if c.get("ok") else "flag")
+        parts.append(
+            table(
+                ["case", "counter", "expected", "ncu", "error", "tolerance", "verdict"],
+                rows,
+                num_cols=[2, 3, 4],
+                caption=f"{env}: known kernels",
+                row_classes=classes,
+            )
+        )
+        verdicts = doc.get("verdicts") or {}
+        items = [
+            f"<strong>{esc(p)}</strong>: "
+            + (
+                "counters trusted"
+                if v.get("trusted")
+                else f"<span class=bad>not trusted</span>, analytic AI ({esc(v.get('reason'))})"
+            )
+            for p, v in sorted(verdicts.items())
+        ]
+        parts.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+    return "\n".join(parts)
+
+
+def comparison_page(
+    rows: Sequence[Mapping],
+    unmatched: Sequence[str] = (),
+    selftests: Mapping[str, Mapping] | None = None,
+) -> str:
+    """The report page: the counter self-test, then a table and a generated explanation
+    per capture."""
     parts = [
         "<p>Per ncu capture of one training step: the analytic train-step FLOPs "
         "(<code>flops.train_step</code> of the complexity file: forward, backward and "
@@ -718,6 +802,7 @@ def comparison_page(rows: Sequence[Mapping], unmatched: Sequence[str] = ()) -> s
             + ", ".join(f"<code>{esc(s)}</code>" for s in unmatched)
             + "</div>"
         )
+    parts.append(selftest_html(selftests or {}))
     if not rows:
         parts.append(NO_NCU_HTML)
         return page(PAGE_TITLE, "\n".join(parts))

@@ -42,6 +42,7 @@ import csv
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -71,22 +72,50 @@ L1_METRIC = "l1tex__t_bytes.sum"
 BYTES_METRICS = (DRAM_METRIC, *DRAM_READ_METRICS, *DRAM_WRITE_METRICS, L2_METRIC, L1_METRIC)
 
 
-def _cuda_core(prefix: str) -> tuple[tuple[str, int], ...]:
-    base = "smsp__sass_thread_inst_executed_op_{}{}_pred_on.sum"
+_SASS_OP = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
+
+
+def _cuda_core(prefix: str, width: int = 1) -> tuple[tuple[str, int], ...]:
+    """(counter, FLOPs per counted thread instruction) for add, mul and fma.
+
+    ``width`` is the SIMD width of the instruction: HADD2/HMUL2/HFMA2 work on two
+    halves at once, so one thread instruction is 2, 2 and 4 FLOPs, exactly as
+    ncu's own ``derived__smsp__sass_thread_inst_executed_op_hadd_pred_on_x2``,
+    ``..._hmul_pred_on_x2`` and ``..._hfma_pred_on_x4``.
+    """
     return (
-        (base.format(prefix, "add"), 1),
-        (base.format(prefix, "mul"), 1),
-        (base.format(prefix, "fma"), 2),
+        (_SASS_OP.format(f"{prefix}add"), width),
+        (_SASS_OP.format(f"{prefix}mul"), width),
+        (_SASS_OP.format(f"{prefix}fma"), 2 * width),
     )
 
+
+#: Packed two-wide FP32 instructions (FADD2, FMUL2, FFMA2; Blackwell, CC 10.0+):
+#: 2, 2 and 4 FLOPs per thread instruction, as in ncu's roofline section.
+PACKED_FP32_METRICS: tuple[tuple[str, int], ...] = (
+    (_SASS_OP.format("fadd2"), 2),
+    (_SASS_OP.format("fmul2"), 2),
+    (_SASS_OP.format("ffma2"), 4),
+)
 
 #: CUDA-core FLOP counters per precision, with FLOPs per counted thread instruction.
 CUDA_CORE_FLOP_METRICS: dict[str, tuple[tuple[str, int], ...]] = {
     "fp64": _cuda_core("d"),
-    "fp32": _cuda_core("f"),
-    "fp16": _cuda_core("h"),
+    "fp32": (*_cuda_core("f"), *PACKED_FP32_METRICS),
+    "fp16": _cuda_core("h", width=2),
 }
 CUDA_CORE_METRIC_NAMES = tuple(n for group in CUDA_CORE_FLOP_METRICS.values() for n, _ in group)
+PACKED_FP32_METRIC_NAMES = tuple(n for n, _ in PACKED_FP32_METRICS)
+
+#: Peak bytes per cycle of each memory level, and the clock of that level, from
+#: the same capture: roof = ``<level>.peak_sustained`` x ``<unit>__cycles_elapsed
+#: .avg.per_second``, as Nsight Compute's hierarchical roofline section does.
+MEMORY_PEAK_METRICS: dict[str, tuple[str, str]] = {
+    "dram": ("dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"),
+    "l2": ("lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
+    "l1": ("l1tex__t_bytes.sum.peak_sustained", "l1tex__cycles_elapsed.avg.per_second"),
+}
+PEAK_METRIC_NAMES = tuple(m for pair in MEMORY_PEAK_METRICS.values() for m in pair)
 
 #: Tensor-pipe *instruction* counters. Diagnostic only: never turned into FLOPs.
 TENSOR_PIPE_INST_METRICS = (
@@ -120,6 +149,7 @@ _FIXED_METRICS = frozenset(
         *BYTES_METRICS,
         *CUDA_CORE_METRIC_NAMES,
         *TENSOR_PIPE_INST_METRICS,
+        *PEAK_METRIC_NAMES,
     }
 )
 
@@ -131,6 +161,8 @@ _DIMENSIONS: dict[str, frozenset[str]] = {
     ALT_CYCLES_METRIC: frozenset({"cycle", ""}),
     CYCLES_RATE_METRIC: frozenset({"cycle/second", "1/second"}),
     ALT_CYCLES_RATE_METRIC: frozenset({"cycle/second", "1/second"}),
+    **{peak: frozenset({"byte/cycle", "byte", ""}) for peak, _ in MEMORY_PEAK_METRICS.values()},
+    **{rate: frozenset({"cycle/second", "1/second"}) for _, rate in MEMORY_PEAK_METRICS.values()},
 }
 _NOT_COUNT_DIMENSIONS = frozenset({"second", "byte", "%"})
 
@@ -743,15 +775,12 @@ def parse_ncu_text(
         warnings.append(f"{count} kernel(s): {reason}")
     for path, gaps in incomplete.items():
         warnings.append(f"totals.{path} sums {n - gaps} of {n} kernels; {gaps} kernel(s) lack it")
-    if flop_totals["tensor"] is None:
-        pipe = _sum_optional(
-            [k.values.get(m) for k in table.kernels for m in TENSOR_PIPE_INST_METRICS]
+    pipe = _sum_optional([k.values.get(m) for k in table.kernels for m in TENSOR_PIPE_INST_METRICS])
+    if flop_totals["tensor"] is None and pipe:
+        warnings.append(
+            f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "
+            "sm__ops_path_tensor_* counters: tensor-core FLOPs are not counted (null)"
         )
-        if pipe:
-            warnings.append(
-                f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "
-                "sm__ops_path_tensor_* counters: tensor-core FLOPs are not counted (null)"
-            )
     per_instruction = [
         n for n in table.present if (c := parse_tensor_counter(n)) is not None and c.op is not None
     ]
@@ -783,11 +812,61 @@ def parse_ncu_text(
             "incomplete": incomplete,
         },
         "tensor_counters_used": tensor_names,
+        "tensor_pipe_instructions": _out(pipe),
+        "memory_roofs": memory_roofs(table.kernels),
         "metrics_found": sorted(table.present),
         "compute_capability": ccs[0] if len(ccs) == 1 else (ccs or None),
         "warnings": warnings,
         "ncu_messages": table.messages,
     }
+
+
+def memory_roofs(kernels: list[_Kernel]) -> dict[str, dict | None]:
+    """L1, L2 and DRAM bandwidth roofs from the capture's own counters.
+
+    Per level: ``<level>.peak_sustained`` (bytes per cycle, all units) times that
+    unit's measured clock (``<unit>__cycles_elapsed.avg.per_second``). Over several
+    rows (kernels) the median of the per-row products is taken. None for a level
+    whose two counters are not both in the capture.
+    """
+    out: dict[str, dict | None] = {}
+    for level, (peak_name, rate_name) in MEMORY_PEAK_METRICS.items():
+        pairs = [
+            (k.values[peak_name], k.values[rate_name])
+            for k in kernels
+            if k.values.get(peak_name) is not None and k.values.get(rate_name) is not None
+        ]
+        if not pairs:
+            out[level] = None
+            continue
+        pairs.sort(key=lambda pr: pr[0] * pr[1])
+        peak, rate = pairs[len(pairs) // 2]
+        out[level] = {
+            "bytes_per_s": float(peak * rate),
+            "bytes_per_cycle": float(peak),
+            "clock_hz": float(rate),
+            "metrics": [peak_name, rate_name],
+            "rows": len(pairs),
+            "source": "ncu-derived",
+        }
+    return out
+
+
+def tensor_counter_gap(parsed: Mapping, requested: Sequence[str] = ()) -> list[str] | None:
+    """The tensor-op counters that are missing, when the tensor pipe ran without them.
+
+    None when there is no gap: no tensor-pipe instructions, or a usable
+    ``sm__ops_path_tensor_*`` count. Otherwise the names of the tensor-op counters
+    that were requested (or, with none requested, the pattern) and are not in the
+    capture: the step's tensor-core FLOPs are unknown, never zero.
+    """
+    pipe = parsed.get("tensor_pipe_instructions")
+    tensor = (parsed.get("totals") or {}).get("flop", {}).get("tensor")
+    if not pipe or tensor is not None:
+        return None
+    found = set(parsed.get("metrics_found") or [])
+    names = [m for m in requested if TENSOR_OPS_RE.match(m) and m not in found]
+    return names or ["sm__ops_path_tensor_*_sparsity_off.sum (none collected)"]
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -828,6 +907,8 @@ def empty_result(source: str) -> dict:
             "incomplete": {},
         },
         "tensor_counters_used": [],
+        "tensor_pipe_instructions": None,
+        "memory_roofs": dict.fromkeys(MEMORY_PEAK_METRICS),
         "metrics_found": [],
         "compute_capability": None,
         "warnings": [],

@@ -31,7 +31,7 @@ A user who wants the GUI report can re-run the printed command with
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnnroofline.errors import InputError
@@ -44,6 +44,9 @@ from dnnroofline.ncu import (
     DRAM_WRITE_METRIC,
     L1_METRIC,
     L2_METRIC,
+    MEMORY_PEAK_METRICS,
+    PACKED_FP32_METRIC_NAMES,
+    PEAK_METRIC_NAMES,
     TIME_METRIC,
 )
 
@@ -90,7 +93,7 @@ BASE_METRICS: tuple[str, ...] = (
     DRAM_WRITE_METRIC,
     L2_METRIC,
     L1_METRIC,
-    *CUDA_CORE_METRIC_NAMES,
+    *(m for m in CUDA_CORE_METRIC_NAMES if m not in PACKED_FP32_METRIC_NAMES),
     # Diagnostic only: tells "tensor pipe busy but no ops counter" apart from
     # "no tensor work". Never turned into FLOPs.
     "smsp__inst_executed_pipe_tensor.sum",
@@ -170,7 +173,73 @@ def metrics_for_arch(compute_capability: object) -> list[str]:
         tensor = (*TENSOR_AMPERE, *TENSOR_FP64, *TENSOR_FP8, *TENSOR_HOPPER_PER_INSTRUCTION)
     else:  # Blackwell 10.x/12.x: names partly unverified; the query keeps what exists
         tensor = (*TENSOR_AMPERE, *TENSOR_FP8, *(TENSOR_FP64 if cc[0] == 10 else ()))
-    return [*BASE_METRICS, *tensor]
+    # Packed FP32 (FADD2/FMUL2/FFMA2) exists from Blackwell on; an unknown GPU asks
+    # too, and the query drops what it lacks.
+    packed = PACKED_FP32_METRIC_NAMES if cc is None or cc >= (10, 0) else ()
+    return [*BASE_METRICS, *packed, *tensor]
+
+
+#: The step pass: bytes and time of the whole step as it runs, and the memory
+#: roofs (peak bytes per cycle x measured clock) of the same capture. FLOPs are
+#: not asked here: they do not depend on the cache state, and the kernel pass
+#: counts them (its SASS instruction counters are per-kernel instrumentation).
+STEP_METRICS: tuple[str, ...] = (
+    TIME_METRIC,
+    DRAM_METRIC,
+    DRAM_READ_METRIC,
+    DRAM_WRITE_METRIC,
+    L2_METRIC,
+    L1_METRIC,
+    *PEAK_METRIC_NAMES,
+)
+
+
+def step_metrics_for_arch(compute_capability: object) -> list[str]:
+    """The step pass's metric list (the same on every architecture ncu supports)."""
+    metrics_for_arch(compute_capability)  # the same refusal of pre-Volta GPUs
+    return list(STEP_METRICS)
+
+
+# --------------------------------------------------------------------------- the two passes
+#
+# Which pass gives which number (README, "NVIDIA GPUs and Nsight Compute"):
+# * step pass: application range replay (``--replay-mode app-range``) of the one
+#   step between cudaProfilerStart and cudaProfilerStop, caches and clocks left
+#   alone. ncu reruns the whole process once per metric pass and measures the
+#   range as one unit, so L2 hits between kernels and write-backs of dirty lines
+#   inside the step are counted as they really happen. Plain range replay
+#   (``--replay-mode range``) captures the API stream and replays it, and refuses
+#   ranges with API calls it cannot replay; a PyTorch step has such calls
+#   (GradScaler reads its found-inf flag back to the host, the caching allocator
+#   may grow), so app-range is used.
+# * kernel pass: kernel replay with flushed caches. Per-kernel numbers for the
+#   per-kernel roofline (each kernel isolated, cold cache) and the step's FLOPs
+#   (instruction counts do not depend on the cache state).
+PASSES: dict[str, dict[str, str]] = {
+    "step": {
+        "replay_mode": "app-range",
+        "cache_control": "none",
+        "clock_control": "none",
+        "measures": "the whole step as it runs (one range): bytes, time, memory roofs",
+    },
+    "kernel": {
+        "replay_mode": "kernel",
+        "cache_control": "all",
+        "clock_control": "none",
+        "measures": "each kernel alone, caches flushed (isolated kernels, cold cache): FLOPs "
+        "and per-kernel counters",
+    },
+}
+
+#: Which pass each number of the parsed JSON comes from.
+PROVENANCE: dict[str, str] = {
+    "totals.flop": "kernel",
+    "totals.bytes": "step",
+    "totals.time_s": "step",
+    "memory_roofs": "step",
+    "kernels": "kernel",
+    "kernel_pass_totals": "kernel",
+}
 
 
 # --------------------------------------------------------------------------- query and filter
@@ -266,14 +335,20 @@ def build_ncu_command(
     log_file: str | None = None,
     page: str = "raw",
     extra_args: Sequence[str] = (),
+    pass_name: str = "kernel",
 ) -> list[str]:
     """The ncu argv that profiles exactly the driver's bracketed training step.
 
-    ``ncu --profile-from-start off --target-processes all --replay-mode kernel
-    --cache-control all --metrics <m1,m2,...> --csv --page raw --print-units base
-    --log-file <csv> <driver argv> --profile-step``. No NVTX filter (it would miss
-    backward).
+    ``ncu --profile-from-start off --target-processes all --replay-mode <mode>
+    --cache-control <c> --clock-control none --metrics <m1,m2,...> --csv --page raw
+    --print-units base --log-file <csv> <driver argv> --profile-step``, with the
+    replay mode and cache control of ``pass_name`` (:data:`PASSES`): ``app-range``
+    and ``none`` for the step pass, ``kernel`` and ``all`` for the kernel pass. No
+    NVTX filter (it would miss backward).
     """
+    if pass_name not in PASSES:
+        raise InputError(f"ncu pass {pass_name!r}: use one of {sorted(PASSES)}")
+    settings = PASSES[pass_name]
     if not metrics:
         raise InputError("no ncu metrics to collect")
     if page not in ("raw", "details"):
@@ -294,11 +369,14 @@ def build_ncu_command(
         "--target-processes",
         "all",
         "--replay-mode",
-        "kernel",
-        # ncu's default, stated: caches are flushed before each replayed kernel, so
-        # every kernel's DRAM bytes are reproducible cold-cache counts.
+        settings["replay_mode"],
+        # kernel pass: caches flushed before each replayed kernel (reproducible
+        # cold-cache counts); step pass: caches as the step leaves them.
         "--cache-control",
-        "all",
+        settings["cache_control"],
+        # The clocks the timed runs see, not ncu's default lock to base clocks.
+        "--clock-control",
+        settings["clock_control"],
         "--metrics",
         ",".join(metrics),
         "--csv",
@@ -432,3 +510,43 @@ def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = 
             "error", "ncu_failed", f"ncu exited with status {returncode}" + _quote(errors)
         )
     return Diagnosis("ok", None, None)
+
+
+# --------------------------------------------------------------------------- combining the passes
+
+
+def combine_passes(kernel: Mapping, step: Mapping | None) -> dict:
+    """One parsed-ncu result from the kernel pass and the step pass (:data:`PASSES`).
+
+    ``totals.flop`` and ``kernels`` come from the kernel pass, ``totals.bytes``,
+    ``totals.time_s`` and ``memory_roofs`` from the step pass (null without one);
+    the kernel pass's own totals stay under ``kernel_pass_totals`` (isolated
+    kernels, cold cache: not the step's traffic). ``provenance`` says which pass
+    gave which number, ``passes`` (added by the stage) with which settings.
+    """
+    out = dict(kernel)
+    ktot = kernel["totals"]
+    stot = step["totals"] if step is not None else None
+    totals = {
+        "kernels": ktot["kernels"],
+        "time_s": stot["time_s"] if stot else None,
+        "flop": dict(ktot["flop"]),
+        "bytes": dict(stot["bytes"]) if stot else dict.fromkeys(ktot["bytes"]),
+        "arithmetic_intensity_dram": None,
+        "incomplete": dict(ktot.get("incomplete") or {}),
+    }
+    flop, dram = totals["flop"]["total"], totals["bytes"]["dram"]
+    if flop is not None and dram:
+        totals["arithmetic_intensity_dram"] = flop / dram
+    out["totals"] = totals
+    out["kernel_pass_totals"] = {**ktot, "label": "isolated kernels, cold cache (kernel replay)"}
+    out["memory_roofs"] = (
+        step.get("memory_roofs") if step is not None else dict.fromkeys(MEMORY_PEAK_METRICS)
+    )
+    out["provenance"] = dict(PROVENANCE)
+    out["step_pass_rows"] = stot["kernels"] if stot else 0
+    out["warnings"] = [
+        *kernel.get("warnings", []),
+        *(f"step pass: {w}" for w in (step.get("warnings", []) if step is not None else [])),
+    ]
+    return out

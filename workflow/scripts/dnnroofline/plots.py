@@ -46,7 +46,7 @@ AXIS_Y = "Attained performance (FLOP/s)"
 ABOVE_ROOF_LABEL = "above roof: check peak"
 ABOVE_ROOF_COLOR = "red"
 AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
-LINESTYLES = {"measured": "-", "datasheet": "--"}
+LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
 
 PRECISION_COLORS = {
     "fp32": "tab:blue",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.nvml_sampler import NvmlSampler
 from dnnroofline.stats import summarize
 from dnnroofline.study import SUPPORTED_PRECISIONS, UNSUPPORTED_REASON
 
@@ -299,7 +300,7 @@ class TrainConfig:
     data: str | None = None  # None: synthetic
     channels_last: bool = False
     compile: bool = False
-    cudnn_benchmark: bool = False
+    cudnn_benchmark: bool | None = None  # None: on for CUDA, off elsewhere
     workers: int = 0
     pin_memory: bool = False
     num_classes: int = 1000
@@ -323,6 +324,78 @@ class Resolved:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: Untimed steps before a profiled step, at least (the ncu stage's warm-up).
+PROFILE_MIN_WARMUP = 2
+
+
+def cudnn_benchmark_setting(requested: bool | None, backend: str) -> bool:
+    """cuDNN autotuning: as requested, else on for CUDA (as serious training scripts
+    run) and off elsewhere (it only means something to cuDNN)."""
+    return backend == "cuda" if requested is None else bool(requested)
+
+
+def grad_scaler_record(scale_before: float, scale_after: float, steps: int, profiled: bool) -> dict:
+    """What GradScaler did over the measured steps.
+
+    GradScaler halves its scale (backoff) on every step whose gradients hold
+    inf/NaN, and skips that optimizer step; it only grows the scale after
+    ``growth_interval`` (2000) clean steps. So over one profiled step a smaller
+    scale means exactly that the optimizer step was skipped: the capture then
+    lacks the optimizer's kernels.
+    """
+    decreased = scale_after < scale_before
+    return {
+        "scale_before": scale_before,
+        "scale_after": scale_after,
+        "steps": steps,
+        "scale_decreased": decreased,
+        "profiled_step_skipped": decreased if profiled and steps == 1 else None,
+    }
+
+
+def with_scale_probe(
+    scaler: Any,
+    before: Callable[[], None] | None,
+    after: Callable[[], None] | None,
+    probe: dict[str, float],
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Wrap the timed region's hooks to read the GradScaler's scale outside it (a host sync)."""
+
+    def start() -> None:
+        probe["before"] = float(scaler.get_scale())
+        if before is not None:
+            before()
+
+    def stop() -> None:
+        if after is not None:
+            after()
+        probe["after"] = float(scaler.get_scale())
+
+    return start, stop
+
+
+def with_sampler(
+    sampler: NvmlSampler,
+    before: Callable[[], None] | None,
+    after: Callable[[], None] | None,
+    record: dict[str, Any],
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Wrap the timed region's hooks so that NVML samples exactly the timed steps;
+    the summary lands in ``record["gpu_telemetry"]``."""
+
+    def start() -> None:
+        if before is not None:
+            before()
+        sampler.start()
+
+    def stop() -> None:
+        record["gpu_telemetry"] = sampler.stop()
+        if after is not None:
+            after()
+
+    return start, stop
+
+
 def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolved:
     """Check every argument, resolve the backend, set the thread count.
 
@@ -341,6 +414,12 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     ):
         if value < minimum:
             raise InputError(f"{flag} {value}: must be >= {minimum}")
+    if cfg.profile_step and cfg.warmup_iters < PROFILE_MIN_WARMUP:
+        raise InputError(
+            f"--warmup-iters {cfg.warmup_iters} with --profile-step: the profiled step must "
+            f"not be the first ones (cuDNN autotuning, allocator growth); use "
+            f"--warmup-iters >= {PROFILE_MIN_WARMUP}"
+        )
     if cfg.compile and cfg.warmup_iters < 1:
         raise InputError(
             "--warmup-iters 0 with --compile: compilation would land in the timed steps; "
@@ -439,6 +518,7 @@ class Setup:
     numerics: dict[str, Any]
     loader: Any = None
     dataset_size: int | None = None
+    scaler: Any = None  # amp's GradScaler
 
     @property
     def backend(self) -> str:
@@ -521,7 +601,7 @@ def build(resolved: Resolved) -> Setup:
     device = torch.device(resolved.device)
     settings = resolved.settings
     numerics = apply_precision(settings)
-    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    torch.backends.cudnn.benchmark = cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend)
     numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
 
@@ -607,6 +687,7 @@ def build(resolved: Resolved) -> Setup:
         numerics=numerics,
         loader=loader,
         dataset_size=dataset_size,
+        scaler=scaler,
     )
 
 
@@ -810,7 +891,12 @@ def config_record(resolved: Resolved) -> dict[str, Any]:
         "device": resolved.device,
         "channels_last": cfg.channels_last,
         "compile": cfg.compile,
-        "cudnn_benchmark": cfg.cudnn_benchmark,
+        "cudnn_benchmark": cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend),
+        "cudnn_benchmark_source": "default (on for CUDA)"
+        if cfg.cudnn_benchmark is None
+        else "--cudnn-benchmark"
+        if cfg.cudnn_benchmark
+        else "--no-cudnn-benchmark",
         "data": "synthetic" if cfg.data is None else str(cfg.data),
         "workers": cfg.workers,
         "pin_memory": cfg.pin_memory and resolved.backend == "cuda",
@@ -877,6 +963,8 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
         "warmup_s": None,
         "timed_region": None,
         "dataset_images": None,
+        "grad_scaler": None,
+        "gpu_telemetry": None,
     }
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
@@ -897,7 +985,18 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
         say(f"setup done in {record['setup_s']:.3f} s")
         iters = 1 if cfg.profile_step else cfg.iters
         before, after = _profile_hooks(resolved.backend) if cfg.profile_step else (None, None)
+        probe: dict[str, float] = {}
+        if setup.scaler is not None:
+            before, after = with_scale_probe(setup.scaler, before, after, probe)
+        sampler = None
+        if resolved.backend == "cuda" and not cfg.profile_step:
+            sampler = NvmlSampler(torch.device(resolved.device).index or 0)
+            before, after = with_sampler(sampler, before, after, record)
         times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
+        if setup.scaler is not None:
+            record["grad_scaler"] = grad_scaler_record(
+                probe["before"], probe["after"], iters, cfg.profile_step
+            )
         step = summarize(times.step_s)
         data = summarize(times.data_wait_s)
         compute = summarize(times.compute_s)
@@ -988,7 +1087,12 @@ def arg_parser() -> argparse.ArgumentParser:
     data.add_argument("--data", metavar="DIR", help="ImageFolder root with a train/ folder")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--compile", action="store_true", help="torch.compile (compiled in warm-up)")
-    p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument(
+        "--cudnn-benchmark",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="cuDNN autotuning (default: on for CUDA, off elsewhere)",
+    )
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers (--data only)")
     p.add_argument("--pin-memory", action="store_true", help="pinned host batches (CUDA only)")
     p.add_argument("--num-classes", type=int, default=1000)

@@ -1,0 +1,417 @@
+"""The ncu method that checks itself (issue 8), without a GPU: the two passes and
+their exact command lines, packed half precision, missing tensor counters, and
+the counter self-test with crafted captures in ncu's raw-page format."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from test_ncu_profile import (
+    DATA,
+    DRIVER,
+    H100_RAW,
+    ROOT,
+    STEP_RAW,
+    calls,
+    make_fake_ncu,
+    run_stage,
+)
+
+from dnnroofline.errors import InputError
+from dnnroofline.ncu import parse_ncu_csv, tensor_counter_gap
+from dnnroofline.ncu_profile import (
+    PASSES,
+    STEP_METRICS,
+    build_ncu_command,
+    combine_passes,
+    metrics_for_arch,
+    step_metrics_for_arch,
+)
+from dnnroofline.ncu_selftest import (
+    COPY_BYTES,
+    GEMM_SIZE,
+    cases_for,
+    check_case,
+    evaluate,
+    verdict_for,
+)
+
+SELFTEST = ROOT / "workflow" / "scripts" / "ncu_selftest.py"
+KERNELS = ROOT / "workflow" / "scripts" / "selftest_kernels.py"
+GEMM_BF16 = DATA / "handmade_selftest_gemm_bf16_raw.csv"
+GEMM_FP16_LOW = DATA / "handmade_selftest_gemm_fp16_low_raw.csv"
+COPY_STEP = DATA / "handmade_selftest_copy_step_raw.csv"
+PACKED = DATA / "handmade_packed_half_raw.csv"
+PIPE_NO_OPS = DATA / "handmade_tensor_pipe_no_ops_raw.csv"
+T = "sm__ops_path_tensor_"
+
+
+@pytest.fixture
+def fake_ncu(tmp_path):
+    return make_fake_ncu(tmp_path)
+
+
+# --------------------------------------------------------------------------- the two passes
+
+
+def test_exact_command_line_of_the_step_pass():
+    cmd = build_ncu_command("ncu", STEP_METRICS, DRIVER, log_file="s.csv", pass_name="step")
+    assert cmd == [
+        "ncu",
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        "app-range",
+        "--cache-control",
+        "none",
+        "--clock-control",
+        "none",
+        "--metrics",
+        "gpu__time_duration.sum,dram__bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum,"
+        "lts__t_bytes.sum,l1tex__t_bytes.sum,"
+        "dram__bytes.sum.peak_sustained,dram__cycles_elapsed.avg.per_second,"
+        "lts__t_bytes.sum.peak_sustained,lts__cycles_elapsed.avg.per_second,"
+        "l1tex__t_bytes.sum.peak_sustained,l1tex__cycles_elapsed.avg.per_second",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--log-file",
+        "s.csv",
+        *DRIVER,
+        "--profile-step",
+    ]
+
+
+def test_exact_command_line_of_the_kernel_pass():
+    metrics = metrics_for_arch("9.0")
+    cmd = build_ncu_command("/opt/ncu", metrics, DRIVER, log_file="k.csv", pass_name="kernel")
+    assert cmd == [
+        "/opt/ncu",
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        "kernel",
+        "--cache-control",
+        "all",
+        "--clock-control",
+        "none",
+        "--metrics",
+        ",".join(metrics),
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--log-file",
+        "k.csv",
+        *DRIVER,
+        "--profile-step",
+    ]
+    with pytest.raises(InputError, match="ncu pass 'warm'"):
+        build_ncu_command("ncu", metrics, DRIVER, pass_name="warm")
+
+
+def test_step_metrics_are_the_same_everywhere_and_refuse_pascal():
+    assert step_metrics_for_arch("7.0") == step_metrics_for_arch("10.0") == list(STEP_METRICS)
+    assert not [m for m in STEP_METRICS if "sass" in m]  # FLOPs come from the kernel pass
+    with pytest.raises(InputError, match="Volta"):
+        step_metrics_for_arch("6.0")
+    assert PASSES["step"]["cache_control"] == "none" and PASSES["kernel"]["cache_control"] == "all"
+
+
+def test_combined_totals_take_flops_from_kernels_and_bytes_from_the_step():
+    kernel, step = parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW)
+    r = combine_passes(kernel, step)
+    assert r["totals"]["flop"] == kernel["totals"]["flop"]
+    assert r["totals"]["bytes"]["dram"] == 301_989_888 != kernel["totals"]["bytes"]["dram"]
+    assert r["kernel_pass_totals"]["bytes"]["dram"] == 364_904_448
+    assert r["provenance"] == {
+        "totals.flop": "kernel",
+        "totals.bytes": "step",
+        "totals.time_s": "step",
+        "memory_roofs": "step",
+        "kernels": "kernel",
+        "kernel_pass_totals": "kernel",
+    }
+    roofs = r["memory_roofs"]
+    assert roofs["dram"]["bytes_per_s"] == pytest.approx(1280 * 2.619e9)
+    assert roofs["l2"]["bytes_per_s"] == pytest.approx(5120 * 1.755e9)
+    assert roofs["l1"]["bytes_per_s"] == pytest.approx(16896 * 1.755e9)
+    assert roofs["l1"]["source"] == "ncu-derived" and roofs["l1"]["clock_hz"] == 1.755e9
+    no_step = combine_passes(kernel, None)
+    assert no_step["totals"]["bytes"]["dram"] is None and no_step["memory_roofs"]["l2"] is None
+
+
+def test_stage_step_pass_failure_keeps_kernels_but_is_not_ok(tmp_path, fake_ncu):
+    p, r, csv_path = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--compute-capability", "9.0", mode="stepfail"
+    )
+    assert p.returncode == 0, p.stdout
+    assert r["status"] == "error" and r["reason"] == "step_pass_failed"
+    assert "app-range" in r["message"] and "cold-cache" in r["message"]
+    assert len(r["kernels"]) == 3 and r["totals"]["bytes"]["dram"] is None
+    assert r["ncu"]["passes"]["step"]["status"] != "ok"
+    step_csv = csv_path.with_name("gpu_resnet50_bf16_bs32.step.csv")
+    assert "Range replay failed" in step_csv.read_text()
+
+
+# --------------------------------------------------------------------------- FLOP counting
+
+
+def test_packed_half_counts_2_2_4_and_packed_fp32_too():
+    r = parse_ncu_csv(PACKED)
+    flop = r["totals"]["flop"]
+    assert flop["fp16"] == 2 * 100 + 2 * 200 + 4 * 300  # HADD2, HMUL2, HFMA2
+    # FADD/FMUL/FFMA 1/1/2, and the packed FADD2/FMUL2/FFMA2 2/2/4 (CC 10.0)
+    assert flop["fp32"] == 1 + 2 + 2 * 3 + 2 * 10 + 2 * 20 + 4 * 30
+    assert flop["total"] == 1800 + 189
+
+
+def test_packed_fp32_is_asked_only_where_it_exists():
+    packed = "smsp__sass_thread_inst_executed_op_ffma2_pred_on.sum"
+    assert packed in metrics_for_arch("10.0") and packed in metrics_for_arch(None)
+    assert packed not in metrics_for_arch("9.0") and packed not in metrics_for_arch("8.0")
+
+
+def test_tensor_pipe_without_tensor_op_counters_is_a_named_gap():
+    r = parse_ncu_csv(PIPE_NO_OPS)
+    assert r["tensor_pipe_instructions"] == 1_048_576 and r["totals"]["flop"]["tensor"] is None
+    wanted = metrics_for_arch("8.0")
+    gap = tensor_counter_gap(r, wanted)
+    assert gap == [m for m in wanted if m.startswith(T)]
+    assert tensor_counter_gap(r) == ["sm__ops_path_tensor_*_sparsity_off.sum (none collected)"]
+    assert tensor_counter_gap(parse_ncu_csv(H100_RAW), wanted) is None  # counted: no gap
+
+
+def test_stage_says_missing_counters_not_ok(tmp_path, fake_ncu):
+    p, r, _ = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--compute-capability", "8.0", csv=PIPE_NO_OPS
+    )
+    assert p.returncode == 0, p.stdout
+    assert r["status"] == "missing_counters" and r["reason"] == "tensor_ops_not_counted"
+    assert r["missing"] == [m for m in metrics_for_arch("8.0") if m.startswith(T)]
+    assert "1048576" in r["message"] and "analytic" in r["message"]
+
+
+# --------------------------------------------------------------------------- self-test
+
+
+def test_selftest_cases_follow_the_study_precisions():
+    cases = cases_for(["amp", "bf16", "fp32"])
+    assert [c["case"] for c in cases] == ["gemm_fp16", "gemm_bf16", "gemm_fp32", "copy"]
+    assert cases[0]["m"] == cases[0]["n"] == cases[0]["k"] == GEMM_SIZE
+    assert cases[-1]["bytes"] == COPY_BYTES
+    with pytest.raises(InputError, match="fp8"):
+        cases_for(["fp8"])
+
+
+def _combined(kernel_csv, step_csv=STEP_RAW):
+    return {"status": "ok", **combine_passes(parse_ncu_csv(kernel_csv), parse_ncu_csv(step_csv))}
+
+
+def test_selftest_checks_gemm_flops_and_copy_bytes_against_the_known_answer():
+    bf16, fp16, copy = cases_for(["bf16", "amp"])[0], cases_for(["amp"])[0], cases_for([])[0]
+    ok = check_case(bf16, _combined(GEMM_BF16))
+    assert ok["ok"] and ok["pass"] == "kernel" and ok["expected"] == 2 * 4096**3
+    assert ok["measured"] == 137_438_953_472 + 16_777_216 * 2
+    assert ok["rel_error"] == pytest.approx(33_554_432 / 2 / 4096**3)
+    low = check_case(fp16, _combined(GEMM_FP16_LOW))
+    assert not low["ok"] and low["rel_error"] == pytest.approx(-0.1, abs=1e-9)
+    assert "-10.0%" in low["reason"] and "tolerance +-2%" in low["reason"]
+    c = check_case(copy, _combined(H100_RAW, COPY_STEP))
+    assert c["ok"] and c["pass"] == "step" and c["expected"] == 2 * 512 * 2**20
+    assert c["measured"] == 1_074_790_400 and c["kernel_pass_dram_bytes"] == 364_904_448
+    failed = check_case(copy, {"status": "unavailable", "message": "ncu not found", "totals": {}})
+    assert not failed["ok"] and "ncu not found" in failed["reason"]
+    result = evaluate(["amp", "bf16"], [ok, low, c], env="gpu")
+    assert result["verdicts"]["bf16"] == {"trusted": True, "gemm_case": "gemm_bf16", "reason": None}
+    assert result["verdicts"]["amp"]["trusted"] is False
+    assert "gemm_fp16" in result["verdicts"]["amp"]["reason"]
+    assert verdict_for(result, "amp")["trusted"] is False
+    assert verdict_for(None, "amp") == {"trusted": True, "reason": None, "checked": False}
+    assert "no verdict" in verdict_for(result, "tf32")["reason"]
+    with pytest.raises(InputError, match="verdicts"):
+        verdict_for({}, "amp", "x/selftest.json")
+
+
+def test_selftest_stage_end_to_end_then_untrusted_precision_falls_back(tmp_path, fake_ncu):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "gemm_bf16.kernel.csv").write_text(GEMM_BF16.read_text())
+    (cases / "gemm_fp16.kernel.csv").write_text(GEMM_FP16_LOW.read_text())
+    (cases / "copy.step.csv").write_text(COPY_STEP.read_text())
+    env = dict(
+        os.environ,
+        FAKE_NCU_MODE="ok",
+        FAKE_NCU_CSV=str(H100_RAW),
+        FAKE_NCU_STEP_CSV=str(STEP_RAW),
+        FAKE_NCU_CASE_DIR=str(cases),
+        FAKE_NCU_RECORD=str(tmp_path / "calls.jsonl"),
+    )
+    out = tmp_path / "results" / "gpu" / "ncu" / "selftest.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SELFTEST),
+            "--ncu",
+            str(fake_ncu),
+            "--env",
+            "gpu",
+            "--compute-capability",
+            "9.0",
+            "--precisions",
+            "amp",
+            "bf16",
+            "--work-dir",
+            str(out.parent / "selftest"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    st = json.loads(out.read_text())
+    assert [c["case"] for c in st["cases"]] == ["gemm_fp16", "gemm_bf16", "copy"]
+    assert [c["ok"] for c in st["cases"]] == [False, True, True]
+    assert st["verdicts"]["bf16"]["trusted"] is True
+    assert st["verdicts"]["amp"]["trusted"] is False and "-10.0%" in st["verdicts"]["amp"]["reason"]
+    # Each case went through both passes of the study's own stage, driver = the known kernel.
+    modes = [c[c.index("--replay-mode") + 1] for c in calls(tmp_path) if "--replay-mode" in c]
+    assert modes == ["kernel", "app-range"] * 3
+    first = next(c for c in calls(tmp_path) if "--replay-mode" in c)
+    assert str(KERNELS) in first and "--case" in first and "--profile-step" in first
+    # The study's captures: amp is not trusted (analytic fallback, reason kept), bf16 is.
+    _, amp, _ = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--selftest", str(out), "--precision", "amp"
+    )
+    assert amp["status"] == "untrusted_counters" and amp["reason"] == "selftest_failed"
+    assert "amp" in amp["message"] and "-10.0%" in amp["message"]
+    assert amp["ncu"]["selftest"]["trusted"] is False
+    _, bf16, _ = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--selftest", str(out), "--precision", "bf16"
+    )
+    assert bf16["status"] == "ok" and bf16["ncu"]["selftest"]["checked"] is True
+
+
+def test_selftest_kernel_driver_without_a_gpu_records_why(tmp_path):
+    out = tmp_path / "run.json"
+    p = subprocess.run(
+        [sys.executable, str(KERNELS), "--case", "copy", "--kind", "copy", "--bytes", "4096"]
+        + ["--profile-step", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "error" and "needs a CUDA GPU" in rec["message"]
+    bad = subprocess.run(
+        [sys.executable, str(KERNELS), "--case", "g", "--kind", "gemm", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and "--precision" in bad.stderr
+
+
+# --------------------------------------------------------------------------- roofline points
+
+
+def test_point_falls_back_to_analytic_with_the_reason_and_gives_both_flop_rates():
+    from test_aggregate import LOCAL_RUNS, points_for
+
+    key = ("local", "resnet18", "fp32", 16)
+    untrusted = {
+        "status": "untrusted_counters",
+        "message": "the counter self-test failed for fp32: gemm_fp32: ncu FLOPs ... (-10.0%)",
+        "totals": {"flop": {"total": 9e9}, "bytes": {"dram": 1e9}},
+    }
+    p = points_for(LOCAL_RUNS, ncu={key: untrusted}).iloc[0]
+    assert p["ai_source"] == "analytic"
+    assert p["ai_note"].startswith("ncu untrusted_counters: the counter self-test failed")
+    assert "-10.0%" in p["ai_note"]
+    assert math.isnan(p["executed_flops"])  # untrusted counts give no executed rate
+    assert p["useful_flops"] == pytest.approx(1.1e10 / 0.11)  # analytic / median step
+    ok = {"status": "ok", "totals": {"flop": {"total": 1.65e10}, "bytes": {"dram": 1e9}}}
+    q = points_for(LOCAL_RUNS, ncu={key: ok}).iloc[0]
+    assert q["ai_source"] == "ncu" and (pd.isna(q["ai_note"]) or q["ai_note"] is None)
+    assert q["executed_flops"] == pytest.approx(1.65e10 / 0.11)
+    assert q["useful_flops"] == pytest.approx(1.1e10 / 0.11)
+    assert q["useful_flops"] / q["executed_flops"] == pytest.approx(1.1 / 1.65)
+
+
+def test_report_page_shows_the_selftest_and_which_counter_failed(tmp_path):
+    import write_ncu_comparison
+
+    bf16, fp16 = cases_for(["bf16", "amp"])[:2]
+    copy = cases_for([])[0]
+    records = [
+        check_case(bf16, _combined(GEMM_BF16)),
+        check_case(fp16, _combined(GEMM_FP16_LOW)),
+        check_case(copy, _combined(H100_RAW, COPY_STEP)),
+    ]
+    path = tmp_path / "gpu" / "ncu" / "selftest.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(evaluate(["bf16", "amp"], records, env="gpu")))
+    out = tmp_path / "page.html"
+    assert write_ncu_comparison.main(["--selftest", str(path), "--out", str(out)]) == 0
+    html = out.read_text()
+    assert "Counter self-test" in html and "gpu: known kernels" in html
+    assert "gemm_fp16" in html and "-10.00%" in html and "FAILED" in html
+    assert "<strong>bf16</strong>: counters trusted" in html
+    assert "<strong>amp</strong>: <span class=bad>not trusted</span>, analytic AI" in html
+    assert "flop (kernel pass)" in html and "dram_bytes (step pass)" in html
+
+
+# --------------------------------------------------------------------------- hierarchical roofs
+
+
+def test_hierarchical_plot_draws_the_captures_own_l1_l2_dram_roofs(tmp_path):
+    from test_kernel_roofline import CEILINGS, svg_ids
+
+    from dnnroofline.kernel_plots import plot_hierarchical
+    from dnnroofline.kernel_roofline import (
+        NCU_DERIVED,
+        env_roofs,
+        hierarchical_point,
+        hierarchical_roof_at,
+        with_ncu_memory_roofs,
+    )
+
+    ncu = {"status": "ok", **combine_passes(parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW))}
+    roofs = with_ncu_memory_roofs(env_roofs(CEILINGS), ncu)
+    assert roofs.memory["l2"] == {NCU_DERIVED: pytest.approx(5120 * 1.755e9)}
+    assert roofs.memory["dram"][NCU_DERIVED] == pytest.approx(1280 * 2.619e9)
+    assert "measured" in roofs.memory["dram"]  # the ceilings' own roofs stay
+    assert "at 1.75 GHz (measured)" in roofs.notes[f"l2:{NCU_DERIVED}"]
+    p = hierarchical_point(ncu, 0.01, "gpu", "resnet50", "amp", 32)
+    # L1/L2 have only the ncu-derived roof: it is the one the point is checked against.
+    assert hierarchical_roof_at(roofs, "amp", "l1", 1.0) == pytest.approx(16896 * 1.755e9)
+    svg = tmp_path / "h.svg"
+    info = plot_hierarchical(p, roofs, None, svg)
+    ids = svg_ids(svg)
+    for lv in ("l1", "l2", "dram"):
+        assert f"roof-gpu-memory-{lv}-{NCU_DERIVED}" in ids
+    assert info["cache_roofs"] == 2
+    text = svg.read_text()
+    assert "ncu-derived (at the measured clock)" in text
+    assert "lts__t_bytes.sum.peak_sustained x lts__cycles_elapsed.avg.per_second" in text
+    assert "not measured" not in text
