@@ -444,6 +444,8 @@ def flop_rates(
         if isinstance(flop, (int, float)) and flop > 0:
             useful = flop / step_s
     return executed, useful
+
+
 def perf_counts(doc: Mapping | None, precision: str, where: str) -> tuple[float, float] | None:
     """(FLOPs, DRAM bytes) per step from a perf counter JSON, or None.
 
