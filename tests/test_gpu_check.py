@@ -1,0 +1,135 @@
+"""`make gpu-check`: one line and exit 0 without a GPU; the summary table's numbers."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dnnroofline.errors import InputError
+from dnnroofline.gpu_check import ceiling_rows, point_rows, selftest_rows, summary_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _no_gpu_machine() -> bool:
+    return not Path("/proc/driver/nvidia/version").exists()
+
+
+@pytest.mark.skipif(not _no_gpu_machine(), reason="this machine has an NVIDIA driver")
+def test_make_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
+    # an empty PATH dir first: no nvidia-smi can be found, and nothing gets installed
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", VENV=str(tmp_path / "venv"))
+    out = subprocess.run(
+        ["make", "--no-print-directory", "gpu-check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and "no NVIDIA GPU on this machine" in lines[0], out.stdout
+    assert not (tmp_path / "venv").exists()  # nothing installed on a machine without a GPU
+
+
+def test_detect_names_the_gpu_that_nvidia_smi_lists(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0b1c)'\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "detect"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0
+    assert out.stdout.strip() == "gpu-check: found NVIDIA H100 80GB HBM3"
+
+
+CEILINGS = {
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "roofs": [
+        {"kind": "compute", "precision": "bf16", "source": "measured", "value": 7.5e14},
+        {"kind": "compute", "precision": "bf16", "source": "datasheet", "value": 989.4e12},
+        {"kind": "compute", "precision": "amp", "source": "measured", "value": 6.0e14},
+        {"kind": "memory", "precision": None, "source": "measured", "value": 2.8e12},
+        {"kind": "memory", "precision": None, "source": "datasheet", "value": 3.35e12},
+    ],
+}
+SELFTEST = {
+    "cases": [
+        {"case": "gemm_bf16", "ratio": 1.0004},
+        {"case": "gemm_fp16", "ratio": 0.91},
+        {"case": "copy", "ratio": 1.03},
+    ],
+    "verdicts": {
+        "bf16": {"trusted": True, "gemm_case": "gemm_bf16", "reason": None},
+        "amp": {
+            "trusted": False,
+            "gemm_case": "gemm_fp16",
+            "reason": "gemm_fp16: FLOPs 0.910 of 2*M*N*K, outside ±2%",
+        },
+    },
+}
+POINTS = [
+    {
+        "env": "local",
+        "model": "resnet50",
+        "precision": "bf16",
+        "batch_size": 128.0,
+        "images_per_s": 3012.4,
+        "ai": 85.3,
+        "ai_source": "ncu",
+        "executed_flops": 4.0e14,
+        "useful_flops": 3.8e14,
+    },
+    {
+        "env": "local",
+        "model": "resnet50",
+        "precision": "amp",
+        "batch_size": 128.0,
+        "images_per_s": 2950.0,
+        "ai": 120.0,
+        "ai_source": "analytic",
+        "executed_flops": float("nan"),
+        "useful_flops": 3.7e14,
+    },
+]
+
+
+def test_ceiling_rows_compare_measured_with_datasheet():
+    rows = {r[0]: r for r in ceiling_rows(CEILINGS)}
+    assert rows["bf16 compute"] == ["bf16 compute", "750.0 TFLOP/s", "989.4 TFLOP/s", "76%"]
+    assert rows["amp compute"][2:] == ["n/a", "n/a"]  # no datasheet row: no share invented
+    assert rows["memory bandwidth"] == ["memory bandwidth", "2.80 TB/s", "3.35 TB/s", "84%"]
+
+
+def test_selftest_rows_give_the_verdict_and_the_failing_counter():
+    rows = {r[0]: r for r in selftest_rows(SELFTEST)}
+    assert rows["bf16"][1] == "trusted"
+    assert "gemm_bf16 ratio 1.000" in rows["bf16"][2] and "copy ratio 1.030" in rows["bf16"][2]
+    assert rows["amp"][1].startswith("NOT trusted")
+    assert "0.910" in rows["amp"][2]
+    assert selftest_rows(None)[0][1] == "not run"
+
+
+def test_point_rows_give_analytic_over_ncu_flops():
+    rows = point_rows(POINTS)
+    assert rows[0] == ["local resnet50 bf16 bs128", "3012.4", "85.3 (ncu)", "0.950"]
+    assert rows[1][3] == "n/a (no ncu count)"
+
+
+def test_summary_has_the_three_tables():
+    text = summary_markdown("local", "NVIDIA H100", CEILINGS, SELFTEST, POINTS)
+    assert text.startswith("# gpu-check: env local on NVIDIA H100")
+    assert sum(line.startswith("|---|") for line in text.splitlines()) == 3
+
+
+def test_ceilings_without_roofs_is_refused_with_the_file_named():
+    with pytest.raises(InputError, match="ceilings.json: no 'roofs' list"):
+        ceiling_rows({})

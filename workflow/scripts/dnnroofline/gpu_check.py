@@ -1,0 +1,119 @@
+"""The summary table of `make gpu-check`: what one NVIDIA machine gave, in one place.
+
+Pure logic: the entry script (scripts/gpu_check.py) loads the study's files and
+passes them in. Rows: each measured roof against its datasheet peak, the counter
+self-test verdicts and the cases that decide them, and per roofline point the
+images/s and the analytic ÷ ncu FLOPs (useful ÷ executed FLOP/s over the same
+median step, so the ratio of the two counts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from dnnroofline.errors import InputError
+
+
+def _fmt_rate(value: float | None, unit: str) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if unit == "FLOP/s":
+        return f"{value / 1e12:.1f} TFLOP/s"
+    return f"{value / 1e12:.2f} TB/s"
+
+
+def _roofs(ceilings: Mapping, where: str) -> list[Mapping]:
+    roofs = ceilings.get("roofs")
+    if not isinstance(roofs, list):
+        raise InputError(f"{where}: no 'roofs' list")
+    return roofs
+
+
+def ceiling_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
+    """[roof, measured, datasheet, measured / datasheet] per compute precision and memory."""
+    roofs = _roofs(ceilings, where)
+    keys = []
+    for r in roofs:
+        key = (r.get("kind"), r.get("precision") if r.get("kind") == "compute" else None)
+        if key not in keys:
+            keys.append(key)
+    rows = []
+    for kind, precision in keys:
+        unit = "FLOP/s" if kind == "compute" else "B/s"
+
+        def value(source, kind=kind, precision=precision):
+            for r in roofs:
+                same = r.get("kind") == kind and (
+                    kind != "compute" or r.get("precision") == precision
+                )
+                if same and r.get("source") == source and isinstance(r.get("value"), int | float):
+                    return float(r["value"])
+            return None
+
+        measured, datasheet = value("measured"), value("datasheet")
+        share = f"{measured / datasheet:.0%}" if measured and datasheet else "n/a"
+        name = f"{precision} compute" if kind == "compute" else "memory bandwidth"
+        rows.append([name, _fmt_rate(measured, unit), _fmt_rate(datasheet, unit), share])
+    return rows
+
+
+def selftest_rows(selftest: Mapping | None) -> list[list[str]]:
+    """[precision, verdict, reason] per study precision; one row saying so without a test."""
+    if selftest is None:
+        return [["all", "not run", "no results/{env}/ncu/selftest.json"]]
+    verdicts = selftest.get("verdicts") or {}
+    cases = {c.get("case"): c for c in selftest.get("cases") or [] if isinstance(c, Mapping)}
+    rows = []
+    for precision, v in verdicts.items():
+        gemm = cases.get(v.get("gemm_case"), {})
+        copy = cases.get("copy", {})
+        detail = ", ".join(
+            f"{c['case']} ratio {c['ratio']:.3f}"
+            for c in (gemm, copy)
+            if isinstance(c.get("ratio"), int | float)
+        )
+        verdict = "trusted" if v.get("trusted") else "NOT trusted (analytic AI)"
+        rows.append([precision, verdict, v.get("reason") or detail or ""])
+    return rows
+
+
+def point_rows(points: Sequence[Mapping]) -> list[list[str]]:
+    """[config, images/s, AI (source), analytic ÷ ncu FLOPs] per roofline point."""
+    rows = []
+    for p in points:
+        executed, useful = p.get("executed_flops"), p.get("useful_flops")
+        ok = all(isinstance(x, int | float) and math.isfinite(x) for x in (executed, useful))
+        ratio = f"{useful / executed:.3f}" if ok and executed > 0 else "n/a (no ncu count)"
+        config = f"{p['env']} {p['model']} {p['precision']} bs{int(p['batch_size'])}"
+        ai = p.get("ai")
+        ai_text = f"{ai:.1f} ({p.get('ai_source')})" if isinstance(ai, int | float) else "n/a"
+        rows.append([config, f"{p['images_per_s']:.1f}", ai_text, ratio])
+    return rows
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_markdown(
+    env: str, device: str, ceilings: Mapping, selftest: Mapping | None, points: Sequence[Mapping]
+) -> str:
+    """The whole summary: three tables under one heading."""
+    return "\n\n".join(
+        [
+            f"# gpu-check: env {env} on {device}",
+            "## Ceilings: measured against datasheet",
+            markdown_table(
+                ["roof", "measured", "datasheet", "measured / datasheet"], ceiling_rows(ceilings)
+            ),
+            "## Counter self-test (known GEMM per precision, known copy)",
+            markdown_table(["precision", "verdict", "why"], selftest_rows(selftest)),
+            "## Study points",
+            markdown_table(
+                ["config", "images/s", "AI (source)", "analytic ÷ ncu FLOPs"], point_rows(points)
+            ),
+        ]
+    )
