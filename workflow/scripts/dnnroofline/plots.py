@@ -128,9 +128,10 @@ def _paired_memory(memory: Mapping[str, float], source: str) -> tuple[str, float
     return other, memory[other]
 
 
-def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label):
-    """A horizontal compute roof; measured labels under it, datasheet labels over it,
-    so close roofs stay legible."""
+def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, above=None):
+    """A horizontal compute roof, labelled at its right end. Of two close roofs, the
+    higher one's label goes over its line and the lower one's under it (``above``), so
+    both stay legible; by default measured labels go under, datasheet labels over."""
     ax.plot(
         [x_start, x_end],
         [peak, peak],
@@ -140,7 +141,7 @@ def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label):
         gid=gid,
         zorder=2,
     )
-    below = source == "measured"
+    below = source == "measured" if above is None else not above
     ax.annotate(
         label,
         (x_end, peak),
@@ -294,6 +295,7 @@ def plot_roofline(
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
+            peers = [s[3] for s in roof_specs if s[0] == env and s[1] == prec]
             draw_compute_roof(
                 ax,
                 peak,
@@ -303,6 +305,7 @@ def plot_roofline(
                 source=source,
                 gid=_gid("roof", env, "compute", prec, source),
                 label=f"{env + ' ' if combined else ''}{prec} {source}: {si(peak, 'FLOP/s')}",
+                above=peak >= max(peers) if len(peers) > 1 else None,
             )
             ax.plot(
                 [ridge],
