@@ -310,6 +310,12 @@ class Study:
 
     def _check_options(self, env: str) -> None:
         device = self.device(env)
+        mode = self.envs[env].get("compile", False)
+        if mode not in (False, None, *COMPILE_MODES):
+            raise InputError(
+                f"config envs.{env}.compile: {mode!r} is not a compile mode "
+                f"(false, {', '.join(COMPILE_MODES)})"
+            )
         if self.compile_mode(env) and int(self.study.get("warmup_iters", 3)) < 1:
             raise InputError(
                 f"config envs.{env}.compile: {self.compile_mode(env)!r} with "
