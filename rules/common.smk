@@ -17,6 +17,22 @@ def known_models():
     return torchvision.models.list_models(module=torchvision.models)
 
 
+def check_custom_models(study):
+    """A user's model entry must import, build an nn.Module and run forward at its size."""
+    if not study.custom_models():
+        return
+    from dnnroofline.models import check_factory
+
+    for spec in study.custom_models():
+        check_factory(
+            spec.name,
+            spec.factory,
+            dict(spec.kwargs),
+            study.image_size(spec.name),
+            study.num_classes(spec.name),
+        )
+
+
 try:
     STUDY = Study(
         config,
@@ -24,6 +40,7 @@ try:
         known_models=known_models(),
         cpu_flags=detect_cpu_flags(),
     )
+    check_custom_models(STUDY)
 except InputError as err:
     raise WorkflowError(str(err)) from None
 
@@ -156,19 +173,15 @@ def run_args(wildcards):
     """Driver flags shared by timed runs and the ncu step."""
     study = config["study"]
     data = "--synthetic" if STUDY.data == "synthetic" else f"--data {STUDY.data!r}"
-    flags = [
-        f"--arch {wildcards.model}",
+    flags = STUDY.model_args(wildcards.model) + [
         f"--batch-size {wildcards.batch}",
-        f"--image-size {study['image_size']}",
-        f"--num-classes {study['num_classes']}",
         f"--precision {wildcards.precision}",
         f"--backend {STUDY.device(wildcards.menv)}",
         data,
         f"--workers {study['workers']}",
     ]
-    if study.get("channels_last"):
-        flags.append("--channels-last")
-    return " ".join(flags)
+    # how the env runs the step: compile, channels_last, cudnn_benchmark
+    return " ".join(flags + STUDY.option_flags(wildcards.menv))
 
 
 SECTIONS = [
@@ -220,7 +233,19 @@ def resolved_config():
             threads=STUDY.threads(env),
             precisions=STUDY.precisions(env),
             batch_sizes=STUDY.batch_sizes(env),
+            **STUDY.options(env),
         )
         for env, spec in config["envs"].items()
     }
-    return dict(config, envs=envs, measure_envs=MEASURED)
+    # models by name (the {model} of run ids); a user's factory entries kept apart
+    study = dict(config["study"], models=STUDY.models)
+    study["model_specs"] = {
+        m: {
+            "factory": s.factory,
+            "image_size": STUDY.image_size(m),
+            "num_classes": STUDY.num_classes(m),
+            "kwargs": dict(s.kwargs),
+        }
+        for m, s in STUDY.model_specs.items()
+    }
+    return dict(config, envs=envs, study=study, measure_envs=MEASURED)

@@ -10,9 +10,7 @@ rule complexity:
         "../envs/analysis.yaml"
     params:
         script=script("complexity.py"),
-        image_size=config["study"]["image_size"],
-        num_classes=config["study"]["num_classes"],
+        model=lambda w: " ".join(STUDY.model_args(w.model)),
     shell:
-        "OMP_NUM_THREADS=1 python {params.script} --arch {wildcards.model} "
-        "--batch-size {wildcards.batch} --image-size {params.image_size} "
-        "--num-classes {params.num_classes} --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS=1 python {params.script} {params.model} "
+        "--batch-size {wildcards.batch} --out {output} > {log} 2>&1"

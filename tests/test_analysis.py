@@ -581,7 +581,7 @@ def test_run_command_reproduces_run():
     )
     assert cmd == (
         "OMP_NUM_THREADS=2 python workflow/scripts/run_train.py --arch resnet50 "
-        "--batch-size 8 --image-size 224 --warmup-iters 3 --iters 10 --precision fp32 "
+        "--image-size 224 --batch-size 8 --warmup-iters 3 --iters 10 --precision fp32 "
         "--backend cpu --synthetic --env local --expect-threads 2 "
         "--run-id local_resnet50_fp32_bs8_run1 "
         "--out results/local/runs/local_resnet50_fp32_bs8_run1.json"
@@ -608,7 +608,8 @@ def test_run_command_reproduces_run():
         {"run_id": "r", "env": "local", "model": "resnet50", "precision": "bf16", "batch_size": 8},
     )
     assert "--precision bf16" in cmd
-    assert "--num-classes 10 --data '/data/my imagenet' --workers 4 --channels-last" in cmd
+    assert "--arch resnet50 --image-size 224 --num-classes 10 --batch-size 8 " in cmd
+    assert "--data '/data/my imagenet' --workers 4 --channels-last" in cmd
 
 
 def test_reproducibility_lists_commands(sections):
@@ -618,8 +619,8 @@ def test_reproducibility_lists_commands(sections):
     assert html.count("workflow/scripts/run_train.py") == 12
     assert "--out results/local/runs/local_mobilenet_v2_fp32_bs16_run3.json" in html
     assert (
-        "python workflow/scripts/complexity.py --arch mobilenet_v2 --batch-size 16 "
-        "--image-size 224 --out results/complexity/mobilenet_v2_bs16.json" in html
+        "python workflow/scripts/complexity.py --arch mobilenet_v2 --image-size 224 "
+        "--batch-size 16 --out results/complexity/mobilenet_v2_bs16.json" in html
     )
     assert "32.0 GB" in html  # RAM, decimal
 

@@ -585,14 +585,35 @@ def test_cuda_oom_is_recorded(tmp_path):
     assert rec["status"] == "oom", rec["message"]
 
 
-@pytest.mark.skipif(
-    not os.environ.get("DNNROOFLINE_SLOW_TESTS"),
-    reason="torch.compile takes about a minute on 2 cores; set DNNROOFLINE_SLOW_TESTS=1",
-)
-def test_cli_compile_stays_in_warmup(tmp_path):
-    proc, rec = run_cli(tmp_path, *TINY, "--warmup-iters", "2", "--iters", "3", "--compile")
+TINY_FACTORY = [
+    "--arch",
+    "tiny",
+    "--model-factory",
+    "tiny_models:tiny_cnn",
+    "--batch-size",
+    "2",
+    "--image-size",
+    "8",
+    "--num-classes",
+    "10",
+]
+
+
+def test_cli_compile_records_first_step_apart_from_steady_state(tmp_path, monkeypatch):
+    # a tiny conv net at 8 px: torch.compile on CPU takes ~15 s on 2 cores
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "data" / "models"))
+    args = [*TINY_FACTORY, "--warmup-iters", "2", "--iters", "3", "--compile", "default"]
+    proc, rec = run_cli(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
     assert_ok_timings(rec, iters=3, batch=2)
-    assert rec["config"]["compile"] is True
-    # Compilation (tens of seconds) happened in the warm-up, not in the timed steps.
-    assert rec["warmup_s"] > 5 * rec["step_time_s"]["max"]
+    assert rec["config"]["compile"] == "default"
+    assert rec["config"]["model_factory"] == "tiny_models:tiny_cnn"
+    # Compilation happened in the first warm-up step, not in the timed steps.
+    assert 0 < rec["first_step_s"] <= rec["warmup_s"]
+    assert rec["first_step_s"] > 5 * rec["step_time_s"]["max"]
+
+
+def test_cli_unknown_compile_mode_is_refused(tmp_path):
+    proc, rec = run_cli(tmp_path, *TINY, "--compile", "fast")
+    assert proc.returncode == 2 and rec is None
+    assert "--compile 'fast': unknown mode" in proc.stderr

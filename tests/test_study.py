@@ -130,3 +130,76 @@ def test_detect_cpu_flags_reads_cpuinfo(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
     assert detect_cpu_flags(str(info)) == ["fpu", "avx512f", "avx512_bf16"]
     assert detect_cpu_flags(str(tmp_path / "none")) is None
+
+
+def _env_config(**options):
+    config = make_config()
+    config["envs"] = {
+        "eager": {"device": "cpu", "threads": 2},
+        "opt": {"device": "cpu", "threads": 2, **options},
+    }
+    return config
+
+
+def test_envs_differing_only_in_options_are_both_measured():
+    study = make_study(_env_config(compile="max-autotune", channels_last=True))
+    assert study.measure_envs == ["eager", "opt"]
+    assert study.option_flags("eager") == []
+    assert study.option_flags("opt") == ["--compile max-autotune", "--channels-last"]
+    assert study.options("opt") == {
+        "compile": "max-autotune",
+        "channels_last": True,
+        "cudnn_benchmark": None,
+    }
+    assert {r.env for r in study.runs()} == {"eager", "opt"}
+
+
+@pytest.mark.parametrize(
+    "options, overrides, expected",
+    [
+        ({"compile": "fast"}, {}, "envs.opt.compile: 'fast' is not a compile mode"),
+        ({"compile": "default"}, {"warmup_iters": 0}, "envs.opt.compile: 'default' with"),
+        ({"cudnn_benchmark": True}, {}, "envs.opt.cudnn_benchmark: true on device cpu"),
+    ],
+)
+def test_bad_env_options_are_refused_with_key_and_value(options, overrides, expected):
+    config = _env_config(**options)
+    config["study"].update(overrides)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        make_study(config)
+
+
+def test_model_entry_mapping_sets_its_own_size_and_factory():
+    config = make_config(
+        models=[
+            "resnet18",
+            {
+                "name": "mine",
+                "factory": "pkg.mod:build",
+                "image_size": 32,
+                "num_classes": 10,
+                "kwargs": {"width": 4},
+            },
+        ],
+        image_size=64,
+    )
+    study = make_study(config)
+    assert study.models == ["resnet18", "mine"]
+    assert study.model_args("resnet18") == [
+        "--arch resnet18",
+        "--image-size 64",
+        "--num-classes 1000",
+    ]
+    assert study.model_args("mine") == [
+        "--arch mine",
+        "--model-factory pkg.mod:build",
+        """--model-kwargs '{"width": 4}'""",
+        "--image-size 32",
+        "--num-classes 10",
+    ]
+
+
+def test_model_entry_name_given_twice_is_refused():
+    config = make_config(models=["resnet18", {"name": "resnet18", "factory": "a:b"}])
+    with pytest.raises(InputError, match="model name 'resnet18' is given twice"):
+        make_study(config)

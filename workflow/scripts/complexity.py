@@ -18,6 +18,7 @@ model, batch size below 1), with the reason on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import warnings
@@ -37,6 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
     ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
     ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
+    ap.add_argument(
+        "--model-factory",
+        metavar="MODULE:CALLABLE",
+        help="build the model with this factory (--arch is then its name)",
+    )
+    ap.add_argument("--model-kwargs", default="{}", help="JSON object passed to the factory")
     ap.add_argument(
         "--threads",
         type=int,
@@ -64,6 +71,16 @@ def _threads(requested: int | None) -> int:
     return DEFAULT_THREADS
 
 
+def _kwargs(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--model-kwargs {text!r}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"--model-kwargs {text!r}: must be a JSON object")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -81,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=args.batch_size,
                 image_size=args.image_size,
                 num_classes=args.num_classes,
+                factory=args.model_factory,
+                kwargs=_kwargs(args.model_kwargs),
             )
         except ModelCannotRun as exc:
             result = failed_complexity(

@@ -26,6 +26,7 @@ runs never enter throughput or roofline tables: they are listed as failures.
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 import shlex
@@ -2477,6 +2478,35 @@ def memory_footprint_html(
 # --------------------------------------------------------------------------- reproducibility
 
 
+def model_flags(study: Mapping, model: str) -> list[str]:
+    """Driver/complexity flags that build ``model``: a torchvision name or a user's factory
+    (``study.model_specs``, as study_config.json holds it), its image size and classes."""
+    spec = dict((study.get("model_specs") or {}).get(model) or {})
+    flags = ["--arch", model]
+    if spec.get("factory"):
+        flags += ["--model-factory", str(spec["factory"])]
+        if spec.get("kwargs"):
+            flags += ["--model-kwargs", json.dumps(spec["kwargs"])]
+    flags += ["--image-size", str(spec.get("image_size") or study.get("image_size", 224))]
+    classes = spec.get("num_classes") or study.get("num_classes")
+    if classes is not None:
+        flags += ["--num-classes", str(classes)]
+    return flags
+
+
+def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
+    """Driver flags of how an env runs the step: compile, channels-last, cuDNN."""
+    flags = []
+    if envcfg.get("compile"):
+        flags += ["--compile", str(envcfg["compile"])]
+    channels_last = envcfg.get("channels_last")
+    if channels_last or (channels_last is None and study.get("channels_last")):
+        flags.append("--channels-last")
+    if envcfg.get("cudnn_benchmark") is not None:
+        flags.append("--cudnn-benchmark" if envcfg["cudnn_benchmark"] else "--no-cudnn-benchmark")
+    return flags
+
+
 def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None) -> str:
     """The ``run_train.py`` command line that reproduces one run of the config."""
     env_infos = env_infos or {}
@@ -2489,12 +2519,9 @@ def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None)
     args = [
         "python",
         "workflow/scripts/run_train.py",
-        "--arch",
-        str(run["model"]),
+        *model_flags(study, str(run["model"])),
         "--batch-size",
         str(int(run["batch_size"])),
-        "--image-size",
-        str(study.get("image_size", 224)),
         "--warmup-iters",
         str(study.get("warmup_iters", 3)),
         "--iters",
@@ -2504,14 +2531,11 @@ def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None)
         "--backend",
         backend,
     ]
-    if study.get("num_classes") is not None:
-        args += ["--num-classes", str(study["num_classes"])]
     data = study.get("data", "synthetic")
     args += ["--synthetic"] if str(data) == "synthetic" else ["--data", str(data)]
     if study.get("workers") is not None:  # the train rule passes it, synthetic or not
         args += ["--workers", str(study["workers"])]
-    if study.get("channels_last"):
-        args.append("--channels-last")
+    args += env_option_flags(envcfg, study)
     threads = envcfg.get("threads")
     rid = str(run["run_id"])
     args += ["--env", env]
@@ -2652,17 +2676,9 @@ def reproducibility_section(
                         for a in [
                             "python",
                             "workflow/scripts/complexity.py",
-                            "--arch",
-                            str(model),
+                            *model_flags(study, str(model)),
                             "--batch-size",
                             str(b),
-                            "--image-size",
-                            str(study.get("image_size", 224)),
-                            *(
-                                ["--num-classes", str(study["num_classes"])]
-                                if study.get("num_classes") is not None
-                                else []
-                            ),
                             "--out",
                             f"results/complexity/{model}_bs{b}.json",
                         ]

@@ -1170,9 +1170,22 @@ def complexity_of_model(
     }
 
 
-def complexity(arch: str, batch_size: int, image_size: int, num_classes: int = 1000) -> dict:
-    """The complexity contract of torchvision model ``arch`` (``weights=None``)."""
-    model = build_model(arch, num_classes=num_classes)
+def complexity(
+    arch: str,
+    batch_size: int,
+    image_size: int,
+    num_classes: int = 1000,
+    factory: str | None = None,
+    kwargs: dict | None = None,
+) -> dict:
+    """The complexity contract of torchvision model ``arch`` (``weights=None``), or of the
+    user's model built by ``factory`` (``module:callable``) under the name ``arch``."""
+    if factory:
+        from dnnroofline.models import build_custom
+
+        model = build_custom(factory, kwargs, num_classes)
+    else:
+        model = build_model(arch, num_classes=num_classes)
     result = complexity_of_model(model, batch_size=batch_size, image_size=image_size, arch=arch)
     result["num_classes"] = num_classes
     return result

@@ -34,6 +34,8 @@ UNSUPPORTED_REASON = {
     ("mps", "amp"): "fp16 autocast with GradScaler on MPS is not supported by this driver",
     ("mps", "bf16"): "bf16 autocast on MPS is not supported by this driver",
 }
+# torch.compile modes an env may ask for (``compile: false`` runs eagerly).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 # Folders of results/ that hold no env: an env of that name would share them.
 RESERVED_ENV_NAMES = ("complexity", "logs", "plots", "report_sections")
 
@@ -65,6 +67,33 @@ def detect_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     except OSError:
         return None
     return None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of the study: a torchvision name, or a user's ``module:callable`` factory."""
+
+    name: str
+    factory: str | None = None  # "module:callable"; None for a torchvision name
+    image_size: int | None = None  # overrides study.image_size
+    num_classes: int | None = None  # overrides study.num_classes
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> ModelSpec:
+        if isinstance(entry, str):
+            return cls(entry)
+        kwargs = entry.get("kwargs") or {}
+        return cls(
+            name=str(entry["name"]),
+            factory=str(entry["factory"]),
+            image_size=entry.get("image_size"),
+            num_classes=entry.get("num_classes"),
+            kwargs=tuple(sorted(kwargs.items())),
+        )
+
+    def describe(self) -> str:
+        return f"{self.name!r} (factory {self.factory})" if self.factory else repr(self.name)
 
 
 def detect_device() -> str:
@@ -104,12 +133,16 @@ class Study:
         self.study = config["study"]
         self.envs: dict[str, dict] = config["envs"]
         self._cpu_count = cpu_count or os.cpu_count() or 1
+        self.model_specs = {
+            spec.name: spec for spec in map(ModelSpec.from_entry, self.study["models"])
+        }
         self._check_env_names()
         self._check_models(known_models)
         self._check_data(path_exists)
         self.measure_envs = self._pick_measure_envs()
         for env in self.envs:
             self._check_precisions(env)
+            self._check_options(env)
         self._check_unambiguous()
 
     # ---- per-env settings -------------------------------------------------
@@ -121,6 +154,64 @@ class Study:
     def threads(self, env: str) -> int:
         return int(self.envs[env].get("threads") or self._cpu_count)
 
+    def compile_mode(self, env: str) -> str | None:
+        """The env's torch.compile mode, None when it runs eagerly."""
+        mode = self.envs[env].get("compile", False)
+        return None if mode is False or mode is None else str(mode)
+
+    def channels_last(self, env: str) -> bool:
+        value = self.envs[env].get("channels_last")
+        return bool(self.study.get("channels_last", False) if value is None else value)
+
+    def cudnn_benchmark(self, env: str) -> bool | None:
+        """The env's cuDNN autotuning, None when it leaves the driver's default."""
+        value = self.envs[env].get("cudnn_benchmark")
+        return None if value is None else bool(value)
+
+    def option_flags(self, env: str) -> list[str]:
+        """Driver flags for how the env runs the step (not what it computes)."""
+        flags = []
+        mode = self.compile_mode(env)
+        if mode:
+            flags.append(f"--compile {mode}")
+        if self.channels_last(env):
+            flags.append("--channels-last")
+        bench = self.cudnn_benchmark(env)
+        if bench is not None:
+            flags.append("--cudnn-benchmark" if bench else "--no-cudnn-benchmark")
+        return flags
+
+    def options(self, env: str) -> dict[str, Any]:
+        """The env's resolved run options, as the report and study_config.json show them."""
+        return {
+            "compile": self.compile_mode(env) or False,
+            "channels_last": self.channels_last(env),
+            "cudnn_benchmark": self.cudnn_benchmark(env),
+        }
+
+    def model_args(self, model: str) -> list[str]:
+        """Driver/complexity flags that build the model: name, factory, input size, classes."""
+        spec = self.model_specs[model]
+        flags = [f"--arch {model}"]
+        if spec.factory:
+            flags.append(f"--model-factory {spec.factory}")
+            if spec.kwargs:
+                import json
+
+                flags.append(f"--model-kwargs '{json.dumps(dict(spec.kwargs))}'")
+        flags.append(f"--image-size {self.image_size(model)}")
+        flags.append(f"--num-classes {self.num_classes(model)}")
+        return flags
+
+    def image_size(self, model: str) -> int:
+        return int(self.model_specs[model].image_size or self.study.get("image_size", 224))
+
+    def num_classes(self, model: str) -> int:
+        return int(self.model_specs[model].num_classes or self.study.get("num_classes", 1000))
+
+    def custom_models(self) -> list[ModelSpec]:
+        return [s for s in self.model_specs.values() if s.factory]
+
     def precisions(self, env: str) -> list[str]:
         return list(self.envs[env].get("precisions") or self.study["precisions"])
 
@@ -129,7 +220,7 @@ class Study:
 
     @property
     def models(self) -> list[str]:
-        return list(self.study["models"])
+        return list(self.model_specs)
 
     @property
     def data(self) -> str:
@@ -184,7 +275,14 @@ class Study:
         if known_models is None:
             return
         known = set(known_models)
-        for model in self.models:
+        names = [ModelSpec.from_entry(e).name for e in self.study["models"]]
+        for name in names:
+            if names.count(name) > 1:
+                raise InputError(
+                    f"config study.models: model name {name!r} is given twice; "
+                    "each entry needs its own name (the {model} of run ids)"
+                )
+        for model in (s.name for s in self.model_specs.values() if not s.factory):
             if model not in known:
                 raise InputError(
                     f"config study.models: unknown model {model!r}{suggest(model, known)}; "
@@ -233,6 +331,26 @@ class Study:
                     f"{' here' if len(supported) < len(SUPPORTED_PRECISIONS[device]) else ''}: "
                     f"{', '.join(supported)}"
                 )
+
+    def _check_options(self, env: str) -> None:
+        device = self.device(env)
+        mode = self.envs[env].get("compile", False)
+        if mode not in (False, None, *COMPILE_MODES):
+            raise InputError(
+                f"config envs.{env}.compile: {mode!r} is not a compile mode "
+                f"(false, {', '.join(COMPILE_MODES)})"
+            )
+        if self.compile_mode(env) and int(self.study.get("warmup_iters", 3)) < 1:
+            raise InputError(
+                f"config envs.{env}.compile: {self.compile_mode(env)!r} with "
+                "study.warmup_iters 0: compilation would land in the timed steps; "
+                "set study.warmup_iters >= 1"
+            )
+        if self.cudnn_benchmark(env) and device != "cuda":
+            raise InputError(
+                f"config envs.{env}.cudnn_benchmark: true on device {device}: cuDNN "
+                "autotuning is a CUDA option; drop it or set device: cuda"
+            )
 
     def _check_unambiguous(self) -> None:
         """Every run id and complexity key must parse back one way only."""

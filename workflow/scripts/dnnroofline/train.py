@@ -42,7 +42,7 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.nvml_sampler import NvmlSampler
 from dnnroofline.stats import summarize
-from dnnroofline.study import SUPPORTED_PRECISIONS, UNSUPPORTED_REASON
+from dnnroofline.study import COMPILE_MODES, SUPPORTED_PRECISIONS, UNSUPPORTED_REASON
 
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "mps")
@@ -299,8 +299,10 @@ class TrainConfig:
     backend: str = "auto"
     data: str | None = None  # None: synthetic
     channels_last: bool = False
-    compile: bool = False
+    compile: bool | str = False  # False (eager) or a torch.compile mode (COMPILE_MODES)
     cudnn_benchmark: bool | None = None  # None: on for CUDA, off elsewhere
+    model_factory: str | None = None  # "module:callable": the user's model, named --arch
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
     workers: int = 0
     pin_memory: bool = False
     num_classes: int = 1000
@@ -420,6 +422,12 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
             f"not be the first ones (cuDNN autotuning, allocator growth); use "
             f"--warmup-iters >= {PROFILE_MIN_WARMUP}"
         )
+    if cfg.compile is True:
+        cfg.compile = "default"
+    if cfg.compile and cfg.compile not in COMPILE_MODES:
+        raise InputError(
+            f"--compile {cfg.compile!r}: unknown mode (choose from {', '.join(COMPILE_MODES)})"
+        )
     if cfg.compile and cfg.warmup_iters < 1:
         raise InputError(
             "--warmup-iters 0 with --compile: compilation would land in the timed steps; "
@@ -427,7 +435,12 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
         )
     if cfg.expect_threads is not None and cfg.expect_threads < 1:
         raise InputError(f"--expect-threads {cfg.expect_threads}: must be >= 1")
-    check_arch(cfg.arch)
+    if cfg.model_factory:
+        from dnnroofline.models import load_factory
+
+        load_factory(cfg.model_factory)
+    else:
+        check_arch(cfg.arch)
     if cfg.precision not in PRECISIONS:
         raise InputError(
             f"--precision {cfg.precision!r}: unknown precision "
@@ -605,7 +618,12 @@ def build(resolved: Resolved) -> Setup:
     numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
 
-    model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes)
+    if cfg.model_factory:
+        from dnnroofline.models import build_custom
+
+        model = build_custom(cfg.model_factory, cfg.model_kwargs, cfg.num_classes)
+    else:
+        model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes)
     model = model.to(device=device, memory_format=memory_format)
     model.train()
     optimizer = torch.optim.SGD(
@@ -614,7 +632,9 @@ def build(resolved: Resolved) -> Setup:
         momentum=OPTIMIZER["momentum"],
         weight_decay=OPTIMIZER["weight_decay"],
     )
-    net = torch.compile(model) if cfg.compile else model
+    net = model
+    if cfg.compile:
+        net = torch.compile(net, mode=None if cfg.compile == "default" else cfg.compile)
     scaler = torch.amp.GradScaler(resolved.backend) if settings.grad_scaler else None
     step = make_step(
         net, _loss_fn(torch.nn.CrossEntropyLoss()), optimizer, autocast_factory(settings), scaler
@@ -703,6 +723,7 @@ class LoopTimes:
     compute_s: list[float]
     timer: str  # "cuda_events" | "perf_counter" | "perf_counter+mps_sync"
     warmup_s: float  # host wall time of the warm-up (compilation included)
+    first_step_s: float | None  # host wall time of the first warm-up step (compilation)
     timed_wall_s: float  # host wall time of the timed region, final sync included
     timed_user_s: float
     timed_sys_s: float
@@ -744,9 +765,14 @@ def timed_loop(
 
     say(f"warm-up: {warmup_iters} untimed steps")
     t_warm = clock()
-    for _ in range(warmup_iters):
+    first_step_s = None
+    for i in range(warmup_iters):
         images, labels = next_batch()
         step(images, labels)
+        if i == 0:  # the first step alone: torch.compile compiles here
+            if sync is not None:
+                sync()
+            first_step_s = clock() - t_warm
     if sync is not None:
         sync()
     warmup_s = clock() - t_warm
@@ -818,6 +844,7 @@ def timed_loop(
         compute_s=compute_s,
         timer=timer,
         warmup_s=warmup_s,
+        first_step_s=first_step_s,
         timed_wall_s=timed_wall_s,
         timed_user_s=ru1.ru_utime - ru0.ru_utime,
         timed_sys_s=ru1.ru_stime - ru0.ru_stime,
@@ -897,6 +924,8 @@ def config_record(resolved: Resolved) -> dict[str, Any]:
         else "--cudnn-benchmark"
         if cfg.cudnn_benchmark
         else "--no-cudnn-benchmark",
+        "model_factory": cfg.model_factory,
+        "model_kwargs": dict(cfg.model_kwargs),
         "data": "synthetic" if cfg.data is None else str(cfg.data),
         "workers": cfg.workers,
         "pin_memory": cfg.pin_memory and resolved.backend == "cuda",
@@ -961,6 +990,7 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
         "numerics": None,
         "setup_s": None,
         "warmup_s": None,
+        "first_step_s": None,
         "timed_region": None,
         "dataset_images": None,
         "grad_scaler": None,
@@ -1012,6 +1042,7 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
             images_per_s=cfg.batch_size / step["median"],
             timer=times.timer,
             warmup_s=times.warmup_s,
+            first_step_s=times.first_step_s,
             timed_region={
                 "wall_s": times.timed_wall_s,
                 "user_s": times.timed_user_s,
@@ -1086,13 +1117,26 @@ def arg_parser() -> argparse.ArgumentParser:
     data.add_argument("--synthetic", action="store_true", help="one random batch on the device")
     data.add_argument("--data", metavar="DIR", help="ImageFolder root with a train/ folder")
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--compile", action="store_true", help="torch.compile (compiled in warm-up)")
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        default=False,
+        metavar="MODE",
+        help=f"torch.compile, compiled in warm-up; MODE: {', '.join(COMPILE_MODES)}",
+    )
     p.add_argument(
         "--cudnn-benchmark",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="cuDNN autotuning (default: on for CUDA, off elsewhere)",
     )
+    p.add_argument(
+        "--model-factory",
+        metavar="MODULE:CALLABLE",
+        help="build the model with this factory; --arch is then its name",
+    )
+    p.add_argument("--model-kwargs", default="{}", help="JSON object passed to the factory")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers (--data only)")
     p.add_argument("--pin-memory", action="store_true", help="pinned host batches (CUDA only)")
     p.add_argument("--num-classes", type=int, default=1000)
@@ -1133,6 +1177,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         channels_last=args.channels_last,
         compile=args.compile,
         cudnn_benchmark=args.cudnn_benchmark,
+        model_factory=args.model_factory,
+        model_kwargs=_model_kwargs(args.model_kwargs),
         workers=args.workers,
         pin_memory=args.pin_memory,
         num_classes=args.num_classes,
@@ -1142,6 +1188,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         profile_step=args.profile_step,
         env_info=args.env_info,
     )
+
+
+def _model_kwargs(text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"run_train.py: error: --model-kwargs {text!r}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"run_train.py: error: --model-kwargs {text!r}: must be a JSON object")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

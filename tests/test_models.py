@@ -1,0 +1,73 @@
+"""A user's own model (study.models mapping entries): bad entries refused, the CIFAR ResNet run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dnnroofline.complexity import complexity
+from dnnroofline.errors import InputError
+from dnnroofline.models import check_factory
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS_DIR = ROOT / "tests" / "data" / "models"
+
+
+@pytest.fixture(autouse=True)
+def tiny_models_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(MODELS_DIR))
+
+
+@pytest.mark.parametrize(
+    "factory, expected",
+    [
+        (
+            "broken_import:anything",
+            "cannot import module 'broken_import': ModuleNotFoundError: "
+            "No module named 'a_module_that_does_not_exist'",
+        ),
+        ("tiny_models:no_such", "module 'tiny_models' has no callable 'no_such'"),
+        ("tiny_models:not_a_module", "returned dict, not a torch.nn.Module"),
+        (
+            "tiny_models:needs_large_input",
+            "forward pass fails at input shape [2, 3, 8, 8]: RuntimeError",
+        ),
+    ],
+)
+def test_bad_model_entry_is_refused_naming_the_entry(factory, expected):
+    with pytest.raises(InputError) as err:
+        check_factory("mine", factory, {}, 8, 10)
+    msg = str(err.value)
+    assert msg.startswith(f"config study.models entry 'mine' (factory {factory})")
+    assert expected in msg
+
+
+def test_wrong_output_shape_is_refused():
+    with pytest.raises(InputError, match=r"gives output shape \[2, 7\], expected \[2, 10\]"):
+        check_factory("mine", "tiny_models:tiny_cnn", {"num_classes": 7}, 8, 10)
+
+
+def test_cifar_resnet_checks_computes_complexity_and_trains(tmp_path):
+    factory = "examples.models.cifar_resnet:resnet18"
+    check_factory("cifar_resnet18", factory, {}, 32, 10)
+    c = complexity("cifar_resnet18", batch_size=2, image_size=32, num_classes=10, factory=factory)
+    assert c["arch"] == "cifar_resnet18" and c["num_classes"] == 10
+    out = tmp_path / "run.json"
+    args = ["--arch", "cifar_resnet18", "--model-factory", factory, "--image-size", "32"]
+    args += ["--num-classes", "10", "--batch-size", "2", "--synthetic", "--backend", "cpu"]
+    args += ["--warmup-iters", "1", "--iters", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "workflow" / "scripts" / "run_train.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok", rec["message"]
+    assert rec["config"]["model_factory"] == factory
+    assert rec["config"]["num_classes"] == 10
