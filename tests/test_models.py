@@ -71,3 +71,19 @@ def test_cifar_resnet_checks_computes_complexity_and_trains(tmp_path):
     assert rec["status"] == "ok", rec["message"]
     assert rec["config"]["model_factory"] == factory
     assert rec["config"]["num_classes"] == 10
+
+
+@pytest.mark.workflow
+def test_cifar_example_config_plans_both_envs_and_all_three_models(tmp_path):
+    # the shipped example, as a user runs it: its factories are checked (built and run
+    # forward at 32 px) before any job, then every model is planned in both envs
+    import yaml
+    from workflow_helpers import ROOT, snakemake, write_config
+
+    write_config(tmp_path, yaml.safe_load((ROOT / "config/examples/cifar.yaml").read_text()))
+    planned = snakemake(tmp_path, "-n", "--summary", timeout=300).stdout
+    for env in ("local", "local_compiled"):
+        for model in ("resnet18", "cifar_resnet18", "cifar_resnet34"):
+            for batch in (32, 64):
+                run = f"results/{env}/runs/{env}_{model}_fp32_bs{batch}_run3.json"
+                assert run in planned, run
