@@ -22,6 +22,7 @@ rule ncu_selftest:
     conda:
         "../envs/profile.yaml"
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("ncu_selftest.py"),
@@ -53,6 +54,7 @@ rule ncu:
         "../envs/profile.yaml"
     threads: lambda w: STUDY.threads(w.menv)
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("profile_ncu.py"),
