@@ -139,7 +139,7 @@ start() {
     stop_all quiet # leftovers of a half-started cluster
     rm -rf "$DIR"
     mkdir -p "$DIR"/{run,log,state/ctld,state/d,mysql}
-    chmod 700 "$DIR/run"
+    chmod 755 "$DIR/run" # the munge socket: users other than root submit too
     write_configs
     export SLURM_CONF="$DIR/slurm.conf"
     mkdir -p "$(dirname "$SYSCONF")"

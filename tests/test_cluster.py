@@ -15,6 +15,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -157,6 +158,20 @@ def test_extra_is_checked_against_the_executor_plugins_own_options():
     )
 
 
+def test_parse_sacct_reads_the_executors_comments():
+    text = (
+        "7|batch|COMPLETED|1763895000|1763895009|9|/w/slurm|"
+        "rule_train_wildcards_cpu_b_resnet18_fp32_2_1\n"
+        "8|debug|CANCELLED by 0|1763895010|Unknown|0|/w/slurm|rule_metrics\n"
+        "9|debug|PENDING|Unknown|Unknown|0|/w|\n"
+    )
+    train, metrics, pending = cluster.parse_sacct(text)
+    assert (train["rule"], train["wildcards"]) == ("train", "cpu_b_resnet18_fp32_2_1")
+    assert (train["start"], train["end"], train["elapsed"]) == (1763895000, 1763895009, 9)
+    assert (metrics["rule"], metrics["wildcards"], metrics["state"]) == ("metrics", "", "CANCELLED")
+    assert metrics["end"] is None and pending["start"] is None and pending["rule"] == ""
+
+
 def test_warning_and_executor_mismatch():
     envs = {"a": {"device": "cpu", "slurm": {"partition": "cpu"}}, "b": {"device": "cpu"}}
     local = {"envs": envs}
@@ -246,42 +261,16 @@ def slurm(tmp_path_factory):
 
 
 def sacct_jobs(workdir: Path | None = None) -> list[dict]:
-    """The cluster's jobs (of one workdir): id, partition, rule and wildcards (the
-    executor's --comment), state and start/end in Unix seconds."""
+    """The cluster's jobs (those run from workdir), as dnnroofline.cluster.parse_sacct."""
     out = subprocess.run(
-        [
-            "sacct",
-            "-a",
-            "-X",
-            "-n",
-            "-P",
-            "-S",
-            "2000-01-01",
-            "--format",
-            "JobID,Partition,State,Start,End,WorkDir%300,Comment%300",
-        ],  # fmt: skip
+        ["sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-o", cluster.SACCT_FORMAT],
         env=dict(os.environ, SLURM_TIME_FORMAT="%s"),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    jobs = []
-    for line in out.splitlines():
-        job_id, part, state, start, end, wd, comment = line.split("|", 6)
-        rule, _, wildcards = comment.removeprefix("rule_").partition("_wildcards_")
-        if workdir is None or Path(wd) == workdir:
-            jobs.append(
-                {
-                    "id": int(job_id),
-                    "partition": part,
-                    "state": state,
-                    "rule": rule,
-                    "wildcards": wildcards,
-                    "start": int(start),
-                    "end": int(end),
-                }  # fmt: skip
-            )
-    return jobs
+    jobs = cluster.parse_sacct(out)
+    return [j for j in jobs if workdir is None or Path(j["workdir"]) == workdir]
 
 
 def outputs(workdir: Path) -> list[str]:
@@ -393,3 +382,12 @@ def test_bad_slurm_input_is_refused_before_any_job(slurm, tmp_path):
     assert run.returncode != 0 and "add cluster=slurm" in run.stderr + run.stdout
     assert len(sacct_jobs()) == before
     assert not (tmp_path / "results").exists()
+
+
+def test_the_one_machine_example_plans_on_the_local_slurm(slurm, tmp_path):
+    """README's try-it-on-one-machine lines: the default config plus the example."""
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    example = str(ROOT / "config" / "examples" / "local_slurm.yaml")
+    out = snakemake(tmp_path, "--workflow-profile", PROFILE, "--configfile", example, "-n").stdout
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.split("Job stats:")[1], re.M))
+    assert (counts["train"], counts["env_info"], counts["ceilings"]) == ("4", "2", "2")

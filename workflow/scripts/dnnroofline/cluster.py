@@ -230,6 +230,37 @@ def job_resources(slurm: Mapping | None, measurement: bool) -> dict[str, str | N
     }
 
 
+# `sacct -X -n -P -o SACCT_FORMAT` (with SLURM_TIME_FORMAT=%s): one line per job.
+SACCT_FORMAT = "JobID,Partition,State,Start,End,ElapsedRaw,WorkDir%400,Comment%400"
+
+
+def parse_sacct(text: str) -> list[dict]:
+    """Jobs from sacct's SACCT_FORMAT output: id, partition, state, start and end (Unix
+    seconds; None while unknown), elapsed seconds, workdir, and the rule and wildcards
+    that the executor plugin writes in each job's comment (``rule_{rule}_wildcards_{w}``)."""
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split("|", 7)
+        if len(fields) != 8 or not fields[0].isdigit():
+            continue
+        job_id, part, state, start, end, elapsed, workdir, comment = fields
+        rule, _, wildcards = comment.removeprefix("rule_").partition("_wildcards_")
+        jobs.append(
+            {
+                "id": int(job_id),
+                "partition": part,
+                "state": state.split()[0] if state else state,
+                "start": int(start) if start.isdigit() else None,
+                "end": int(end) if end.isdigit() else None,
+                "elapsed": int(elapsed) if elapsed.isdigit() else None,
+                "workdir": workdir,
+                "rule": rule,
+                "wildcards": wildcards,
+            }
+        )
+    return jobs
+
+
 def executor_mismatch(executor: str, config: Mapping) -> str | None:
     """Why the executor that runs the jobs and config ``cluster`` disagree (None: they agree).
 
