@@ -58,7 +58,7 @@ else:
 
 def on_env_nodes(exclusive):
     """Resources that send a job of env {menv} to its partition with its gres and
-    constraint; an exclusive job (a measurement) holds its node alone. None: not on Slurm.
+    constraint; an exclusive job (a measurement) holds its node alone. Empty off Slurm.
     """
     if CLUSTER_CPUS is None:
         return {}
