@@ -299,7 +299,9 @@ def start_snakemake(workdir: Path, *args) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
-    return proc.returncode if proc.wait(timeout=600) is not None else -1, proc.stdout.read()
+    """Wait for start_snakemake's process: its exit status and output."""
+    out = proc.communicate(timeout=600)[0]
+    return proc.returncode, out
 
 
 def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
