@@ -39,6 +39,7 @@ import pandas as pd
 from dnnroofline import roofline
 from dnnroofline.aggregate import METRICS_COLUMNS, POINTS_COLUMNS
 from dnnroofline.errors import InputError
+from dnnroofline.study_cost import study_cost
 
 SECTION_FILES = (
     "design.html",
@@ -2595,8 +2596,11 @@ def reproducibility_section(
     metrics: pd.DataFrame | None,
     expected_runs: Any = None,
     config_path: str | None = None,
+    runs: Sequence[Mapping] | None = None,
+    benchmarks: Sequence[Mapping] | None = None,
 ) -> str:
-    """env_info per env, and the exact commands that rebuild every number."""
+    """env_info per env, the exact commands that rebuild every number, and what the
+    study itself cost (``benchmarks``: read_benchmark() records; ``runs``: run JSONs)."""
     env_infos = _keyed(env_infos)
     m = prepare_metrics(metrics)
     envs = list(_envs(config))
@@ -2685,7 +2689,26 @@ def reproducibility_section(
                     )
                 )
     parts.append(_pre(cx_cmds) if cx_cmds else "<p class=note>No models configured.</p>")
+    parts.append(study_cost_html(benchmarks or [], runs or []))
     return page("Reproducibility", "\n".join(parts))
+
+
+def study_cost_html(benchmarks: Sequence[Mapping], runs: Sequence[Mapping]) -> str:
+    rows = study_cost(benchmarks, runs)
+    head = "<h2>What the study itself cost</h2>"
+    if not rows:
+        return head + "<p class=note>No benchmark files were given.</p>"
+    cells = [
+        [r["stage"], r["jobs"], fmt_time(r["wall_s"]), fmt_time(r["cpu_s"]), sig(r["max_rss_mb"])]
+        for r in rows
+    ]
+    return (
+        head + "<p>Wall and CPU time of the jobs, summed per stage, from Snakemake's "
+        "<code>benchmark:</code> files (<code>results/**/benchmarks/</code>) and, for the "
+        "timed runs, the driver's own process times (warm-up included). The report's own "
+        "cost is in <code>results/benchmarks/report_sections.tsv</code>.</p>"
+        + table(["stage", "jobs", "wall", "CPU", "peak memory (MB)"], cells, num_cols=(1, 2, 3, 4))
+    )
 
 
 # --------------------------------------------------------------------------- all
@@ -2701,8 +2724,10 @@ def all_sections(
     expected_runs: Any = None,
     config_path: str | None = None,
     runs: Sequence[Mapping] | None = None,
+    benchmarks: Sequence[Mapping] | None = None,
 ) -> dict[str, str]:
-    """``{filename: html}`` for the six report sections (``runs``: run JSONs, optional)."""
+    """``{filename: html}`` for the six report sections (``runs``: run JSONs, optional;
+    ``benchmarks``: Snakemake benchmark records, optional)."""
     return {
         "design.html": design_section(
             config, env_infos, metrics, points, complexity, ceilings, expected_runs
@@ -2714,6 +2739,6 @@ def all_sections(
             config, metrics, points, env_infos, complexity, ceilings, expected_runs
         ),
         "reproducibility.html": reproducibility_section(
-            config, env_infos, metrics, expected_runs, config_path
+            config, env_infos, metrics, expected_runs, config_path, runs, benchmarks
         ),
     }
