@@ -12,6 +12,7 @@ rule report_sections:
         env_info=env_info_files(),
         runs=run_files(),
         benchmarks=benchmark_files(),
+        lock=os.path.join(workflow.basedir, "requirements.lock"),
     output:
         design=report(
             "results/report_sections/design.html",
@@ -63,5 +64,6 @@ rule report_sections:
         "--points {input.points} --complexity {input.complexity} "
         "--ceilings {input.ceilings} --env-info {input.env_info} "
         "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
+        "--lock {input.lock} "
         "--outdir {params.outdir} "
         "> {log} 2>&1"

@@ -709,6 +709,8 @@ def test_cli_writes_all_six_files(tmp_path):
             str(res / "local" / "env_info.json"),
             "--expected-runs",
             str(expected),
+            "--lock",
+            str(REPO / "requirements.lock"),
             "--outdir",
             str(out),
         ],
@@ -725,6 +727,11 @@ def test_cli_writes_all_six_files(tmp_path):
     analysis = (out / "analysis.html").read_text()
     assert "1 of 2 expected runs are absent" in analysis
     assert "local_resnet50_fp32_bs8_run9" in analysis
+    # an env_info without a package list: torch and torchvision against the lock
+    repro = (out / "reproducibility.html").read_text()
+    assert "Env <b>local</b>: 2 versions differ from the lock (2 locked packages and " in repro
+    assert "predates the package list: torch and torchvision only" in repro
+    assert "<td>local</td><td>torch</td><td>2.3.0</td>" in repro
 
 
 def test_cli_reports_bad_input(tmp_path):
@@ -771,6 +778,18 @@ def test_cli_reports_bad_input(tmp_path):
     )
     assert proc.returncode == 2
     assert "ceilings.json line 1" in proc.stderr
+    assert not (tmp_path / "o").exists()
+    unlocked = tmp_path / "requirements.lock"
+    unlocked.write_text("torch>=2.4\n")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--config", str(cfg), "--metrics", str(tmp_path / "m.csv")]
+        + ["--points", str(tmp_path / "m.csv"), "--lock", str(unlocked)]
+        + ["--outdir", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "requirements.lock line 1: 'torch>=2.4' is not an exact name==version pin" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 

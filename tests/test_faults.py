@@ -420,6 +420,11 @@ def test_results_from_another_machine_merge_in_untouched(fleet):
     lab_info = json.loads((results / "lab_box" / "env_info.json").read_text())
     repro = (results / "report_sections" / "reproducibility.html").read_text()
     assert "lab_box" in repro and lab_info["cpu_model"] in repro
+    # each env's installed versions are checked against requirements.lock
+    assert "Installed versions against the lock" in repro
+    assert re.search(
+        r"Env <b>local</b>: (all \d+ packages it has match|\d+ of \d+ packages differ)", repro
+    )
     for section in ("design", "measurement", "roofline"):
         assert "lab_box" in (results / "report_sections" / f"{section}.html").read_text()
     # Nothing left to do afterwards.

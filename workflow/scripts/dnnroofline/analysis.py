@@ -2598,8 +2598,10 @@ def reproducibility_section(
     config_path: str | None = None,
     runs: Sequence[Mapping] | None = None,
     benchmarks: Sequence[Mapping] | None = None,
+    lock: Mapping[str, str] | None = None,
 ) -> str:
-    """env_info per env, the exact commands that rebuild every number, and what the
+    """env_info per env, its versions against the lock (``lock``: ``{package: version}``
+    of requirements.lock), the exact commands that rebuild every number, and what the
     study itself cost (``benchmarks``: read_benchmark() records; ``runs``: run JSONs)."""
     env_infos = _keyed(env_infos)
     m = prepare_metrics(metrics)
@@ -2623,6 +2625,9 @@ def reproducibility_section(
             f"<p class=note>No env_info for {esc(_join(missing_info))}: not measured on this "
             "machine yet.</p>"
         )
+    from dnnroofline.lockfile import lock_match_html  # it renders with this module's table()
+
+    parts.append(lock_match_html(env_infos, lock))
 
     threads = [
         int(env_matrix(config, e)["threads"])
@@ -2725,9 +2730,11 @@ def all_sections(
     config_path: str | None = None,
     runs: Sequence[Mapping] | None = None,
     benchmarks: Sequence[Mapping] | None = None,
+    lock: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """``{filename: html}`` for the six report sections (``runs``: run JSONs, optional;
-    ``benchmarks``: Snakemake benchmark records, optional)."""
+    ``benchmarks``: Snakemake benchmark records, optional; ``lock``: requirements.lock's
+    pins, optional)."""
     return {
         "design.html": design_section(
             config, env_infos, metrics, points, complexity, ceilings, expected_runs
@@ -2739,6 +2746,6 @@ def all_sections(
             config, metrics, points, env_infos, complexity, ceilings, expected_runs
         ),
         "reproducibility.html": reproducibility_section(
-            config, env_infos, metrics, expected_runs, config_path, runs, benchmarks
+            config, env_infos, metrics, expected_runs, config_path, runs, benchmarks, lock
         ),
     }
