@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import min_version, validate
 
-min_version("8.0")
+min_version("9.19")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 

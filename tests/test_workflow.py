@@ -102,6 +102,21 @@ def test_tiny_study_end_to_end(tiny_study):
     assert len(report) > 100_000
     for section in ("design", "complexity", "measurement", "roofline", "analysis"):
         assert f"{section}.html" in report
+    # what the study itself cost: the benchmark: files of the jobs, then the timed runs
+    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 3 * 2
+    assert (results / "local" / "benchmarks" / "ceilings.tsv").is_file()
+    cost = (results / "report_sections" / "reproducibility.html").read_text()
+    cost = cost.split("What the study itself cost")[1]
+    for stage, jobs in (("ceilings", 1), ("complexity", 6), ("timed runs", 12)):
+        assert re.search(rf"<td[^>]*>{stage}</td>\s*<td[^>]*>{jobs}</td>", cost), stage
+
+
+def test_rules_take_named_functions_not_lambdas():
+    # the workflow catalog's style: per-job values come from named functions in common.smk
+    for smk in sorted((ROOT / "rules").glob("*.smk")) + [ROOT / "Snakefile"]:
+        for number, line in enumerate(smk.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            assert not re.search(r"\blambda\b", code), f"{smk.name}:{number}: {line.strip()}"
 
 
 def test_measurements_never_overlap_and_use_declared_threads(tiny_study):

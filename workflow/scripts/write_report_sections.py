@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import write_text_atomic  # noqa: E402
 from dnnroofline.report import SECTION_FILES, all_sections  # noqa: E402
+from dnnroofline.study_cost import read_benchmark  # noqa: E402
 
 
 def _load_config(path: str) -> dict:
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-info", nargs="*", default=[], help="results/*/env_info.json")
     ap.add_argument("--expected-runs", help="JSON list of expected run ids (optional)")
     ap.add_argument("--runs", nargs="*", default=[], help="results/*/runs/*.json (optional)")
+    ap.add_argument(
+        "--benchmarks", nargs="*", default=[], help="Snakemake benchmark TSVs (optional)"
+    )
     ap.add_argument("--outdir", required=True, help="folder for the six HTML files")
     args = ap.parse_args(argv)
 
@@ -103,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         ceilings = _by_env(args.ceilings, "--ceilings")
         env_infos = _by_env(args.env_info, "--env-info")
         runs = [_load_json(p, "--runs") for p in args.runs]
+        benchmarks = [read_benchmark(p) for p in args.benchmarks]
         expected = None
         if args.expected_runs:
             expected = _load_json(args.expected_runs, "--expected-runs")
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         expected_runs=expected,
         config_path=None if args.config.endswith(".json") else args.config,
         runs=[r for r in runs if isinstance(r, dict)],
+        benchmarks=benchmarks,
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

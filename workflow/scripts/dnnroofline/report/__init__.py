@@ -16,6 +16,8 @@ Inputs (see docs/contracts.md):
   (and ``env`` ...). Without it the expected matrix is derived from the config.
 - ``runs``: optional run JSONs (``step_time_s.all``): the per-run step-time
   distribution of the measurement section. Without them it uses metrics.csv.
+- ``benchmarks``: optional Snakemake benchmark records (``study_cost.read_benchmark``):
+  what the study itself cost, in the reproducibility section.
 
 ``config["report"]["baseline_env"]`` names the env that speedups are computed
 against; by default the first configured env with successful runs.
@@ -66,7 +68,13 @@ SECTIONS: dict[str, Callable[[dict], str]] = {
         i["expected_runs"],
     ),
     "reproducibility.html": lambda i: reproducibility_section(
-        i["config"], i["env_infos"], i["metrics"], i["expected_runs"], i["config_path"]
+        i["config"],
+        i["env_infos"],
+        i["metrics"],
+        i["expected_runs"],
+        i["config_path"],
+        i["runs"],
+        i["benchmarks"],
     ),
 }
 SECTION_FILES = tuple(SECTIONS)
@@ -82,8 +90,10 @@ def all_sections(
     expected_runs: Any = None,
     config_path: str | None = None,
     runs: Sequence[Mapping] | None = None,
+    benchmarks: Sequence[Mapping] | None = None,
 ) -> dict[str, str]:
-    """``{filename: html}`` for the report sections (``runs``: run JSONs, optional)."""
+    """``{filename: html}`` for the report sections (``runs``: run JSONs, optional;
+    ``benchmarks``: Snakemake benchmark records, optional)."""
     inputs = {
         "config": config,
         "metrics": metrics,
@@ -94,5 +104,6 @@ def all_sections(
         "expected_runs": expected_runs,
         "config_path": config_path,
         "runs": runs,
+        "benchmarks": benchmarks,
     }
     return {name: build(inputs) for name, build in SECTIONS.items()}

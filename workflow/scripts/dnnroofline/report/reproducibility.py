@@ -13,6 +13,7 @@ import pandas as pd
 from dnnroofline.report import data
 from dnnroofline.report.format import fmt_bytes, isnum
 from dnnroofline.report.render import render_page
+from dnnroofline.study_cost import study_cost
 
 
 def model_flags(study: Mapping, model: str) -> list[str]:
@@ -132,6 +133,8 @@ def facts(
     metrics: pd.DataFrame | None,
     expected_runs: Any = None,
     config_path: str | None = None,
+    runs: Sequence[Mapping] | None = None,
+    benchmarks: Sequence[Mapping] | None = None,
 ) -> dict:
     env_infos = data.keyed(env_infos)
     m = data.prepare_metrics(metrics)
@@ -171,6 +174,7 @@ def facts(
         ],
         "run_commands": cmds,
         "complexity_commands": complexity_commands(config, envs),
+        "cost": study_cost(benchmarks or [], runs or []),
     }
 
 
@@ -204,8 +208,12 @@ def reproducibility_section(
     metrics: pd.DataFrame | None,
     expected_runs: Any = None,
     config_path: str | None = None,
+    runs: Sequence[Mapping] | None = None,
+    benchmarks: Sequence[Mapping] | None = None,
 ) -> str:
-    """env_info per env, and the exact commands that rebuild every number."""
+    """env_info per env, the exact commands that rebuild every number, and what the
+    study itself cost (``benchmarks``: read_benchmark() records; ``runs``: run JSONs)."""
     return render_page(
-        "reproducibility.html", **facts(config, env_infos, metrics, expected_runs, config_path)
+        "reproducibility.html",
+        **facts(config, env_infos, metrics, expected_runs, config_path, runs, benchmarks),
     )
