@@ -10,7 +10,7 @@ import pandas as pd
 
 from dnnroofline.report import compare, data, memory
 from dnnroofline.report.format import isnum
-from dnnroofline.report.render import render_page
+from dnnroofline.report.render import section
 
 
 def facts(
@@ -22,11 +22,10 @@ def facts(
     ceilings: Mapping | Sequence | None = None,
     expected_runs: Any = None,
 ) -> dict:
-    env_infos = data.keyed(env_infos)
-    ceilings = data.keyed(ceilings)
-    m = data.prepare_metrics(metrics)
-    pts = data.prepare_points(points)
-    cx = data.complexity_index(complexity)
+    """Per-point diagnosis, cross-model/env/batch comparisons, failed and missing runs."""
+    m, pts, cx, env_infos, ceilings = data.prepared(
+        metrics, points, complexity, env_infos, ceilings
+    )
     tp = data.throughput_table(m)
     expected = data.expected_run_table(config, expected_runs, m)
     failed = data.failed_runs(m).sort_values("run_id", na_position="last")
@@ -179,17 +178,4 @@ def point(r: Mapping, pts, tp, cx, config, env_infos, ceilings) -> dict:
     }
 
 
-def analysis_section(
-    config: Mapping,
-    metrics: pd.DataFrame | None,
-    points: pd.DataFrame | None,
-    env_infos: Mapping | Sequence | None = None,
-    complexity: Any = None,
-    ceilings: Mapping | Sequence | None = None,
-    expected_runs: Any = None,
-) -> str:
-    """Per-point diagnosis, cross-model/env/batch comparisons, failed and missing runs."""
-    return render_page(
-        "analysis.html",
-        **facts(config, metrics, points, env_infos, complexity, ceilings, expected_runs),
-    )
+analysis_section = section("analysis.html", facts)

@@ -7,10 +7,11 @@ from typing import Any
 
 from dnnroofline.report import data
 from dnnroofline.report.format import ratio_txt
-from dnnroofline.report.render import render_page
+from dnnroofline.report.render import section
 
 
 def facts(complexity: Any, top_types: int = 4) -> dict:
+    """Table per (model, batch) of the analytic counts, and how they were counted."""
     cx = data.complexity_index(complexity)
     rows, by_precision = [], []
     for (model, b), c in sorted(cx.items()):
@@ -55,6 +56,4 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
     }
 
 
-def complexity_section(complexity: Any, top_types: int = 4) -> str:
-    """Table per (model, batch) of the analytic counts, and how they were counted."""
-    return render_page("complexity.html", **facts(complexity, top_types))
+complexity_section = section("complexity.html", facts)

@@ -118,6 +118,18 @@ def prepare_points(points: pd.DataFrame | None) -> pd.DataFrame:
     return df.sort_values(GROUP, kind="stable").reset_index(drop=True)
 
 
+def prepared(metrics, points, complexity=None, env_infos=None, ceilings=None) -> tuple:
+    """The inputs as the sections read them: (metrics, points, complexity index,
+    env_infos by env, ceilings by env)."""
+    return (
+        prepare_metrics(metrics),
+        prepare_points(points),
+        complexity_index(complexity),
+        keyed(env_infos),
+        keyed(ceilings),
+    )
+
+
 def keyed(objs: Any, key: str = "env") -> dict[str, dict]:
     """``{env: obj}`` from a dict of them, or a list of dicts carrying ``env``."""
     if objs is None:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from dnnroofline.report import data
 from dnnroofline.report.format import fmt_batches, isnum, sig
-from dnnroofline.report.render import render_page
+from dnnroofline.report.render import section
 
 
 def facts(
@@ -22,11 +22,10 @@ def facts(
     ceilings: Mapping | Sequence | None = None,
     expected_runs: Any = None,
 ) -> dict:
-    env_infos = data.keyed(env_infos)
-    ceilings = data.keyed(ceilings)
-    m = data.prepare_metrics(metrics)
-    pts = data.prepare_points(points)
-    cx = data.complexity_index(complexity)
+    """Objective, hypothesis and verdict, envs, the run matrix and its completion."""
+    m, pts, cx, env_infos, ceilings = data.prepared(
+        metrics, points, complexity, env_infos, ceilings
+    )
     study = data.study_cfg(config)
     envs = list(data.envs_cfg(config)) or sorted({e for e in m["env"] if e})
     expected = data.expected_run_table(config, expected_runs, m)
@@ -177,17 +176,4 @@ def verdict(env: str, prec: str, preds: list[dict], pts: pd.DataFrame) -> dict |
     return out
 
 
-def design_section(
-    config: Mapping,
-    env_infos: Mapping | Sequence | None,
-    metrics: pd.DataFrame | None,
-    points: pd.DataFrame | None,
-    complexity: Any = None,
-    ceilings: Mapping | Sequence | None = None,
-    expected_runs: Any = None,
-) -> str:
-    """Objective, hypothesis and verdict, envs, the run matrix and its completion."""
-    return render_page(
-        "design.html",
-        **facts(config, env_infos, metrics, points, complexity, ceilings, expected_runs),
-    )
+design_section = section("design.html", facts)

@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from dnnroofline.report import data
 from dnnroofline.report.format import isnum
-from dnnroofline.report.render import fragment, render_page
+from dnnroofline.report.render import fragment, section
 
 
 def facts(
@@ -21,6 +21,7 @@ def facts(
     metrics: pd.DataFrame | None,
     runs: Sequence[Mapping] | None = None,
 ) -> dict:
+    """How the timing was done, then throughput per configuration (ok runs only)."""
     env_infos = data.keyed(env_infos)
     m = data.prepare_metrics(metrics)
     envs = list(data.envs_cfg(config)) or sorted({e for e in m["env"] if e})
@@ -164,11 +165,4 @@ def step_distribution(metrics: pd.DataFrame, runs: Sequence[Mapping] | None) -> 
     return {"rows": rows, "n_outliers": n_out}
 
 
-def measurement_section(
-    config: Mapping,
-    env_infos: Mapping | Sequence | None,
-    metrics: pd.DataFrame | None,
-    runs: Sequence[Mapping] | None = None,
-) -> str:
-    """How the timing was done, then throughput per configuration (ok runs only)."""
-    return render_page("measurement.html", **facts(config, env_infos, metrics, runs))
+measurement_section = section("measurement.html", facts)

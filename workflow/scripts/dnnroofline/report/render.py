@@ -8,7 +8,8 @@ instead of rendering empty.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,17 @@ ENV.globals.update(
 def render_page(template: str, **facts: Any) -> str:
     """A whole page: ``template`` extends base.html."""
     return ENV.get_template(template).render(**facts)
+
+
+def section(template: str, facts: Callable[..., dict]) -> Callable[..., str]:
+    """A section's page builder: ``facts(...)`` worded by ``template``; it takes what
+    ``facts`` takes (same signature and docstring)."""
+
+    @functools.wraps(facts)
+    def build(*args: Any, **kwargs: Any) -> str:
+        return render_page(template, **facts(*args, **kwargs))
+
+    return build
 
 
 def fragment(template: str, **facts: Any) -> Markup:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from dnnroofline.report import data
 from dnnroofline.report.format import fmt_bytes, isnum
-from dnnroofline.report.render import render_page
+from dnnroofline.report.render import section
 from dnnroofline.study_cost import study_cost
 
 
@@ -136,6 +136,8 @@ def facts(
     runs: Sequence[Mapping] | None = None,
     benchmarks: Sequence[Mapping] | None = None,
 ) -> dict:
+    """env_info per env, the exact commands that rebuild every number, and what the
+    study itself cost (``benchmarks``: read_benchmark() records; ``runs``: run JSONs)."""
     env_infos = data.keyed(env_infos)
     m = data.prepare_metrics(metrics)
     envs = list(data.envs_cfg(config))
@@ -202,18 +204,4 @@ def complexity_commands(config: Mapping, envs: Sequence[str]) -> list[str]:
     return cmds
 
 
-def reproducibility_section(
-    config: Mapping,
-    env_infos: Mapping | Sequence | None,
-    metrics: pd.DataFrame | None,
-    expected_runs: Any = None,
-    config_path: str | None = None,
-    runs: Sequence[Mapping] | None = None,
-    benchmarks: Sequence[Mapping] | None = None,
-) -> str:
-    """env_info per env, the exact commands that rebuild every number, and what the
-    study itself cost (``benchmarks``: read_benchmark() records; ``runs``: run JSONs)."""
-    return render_page(
-        "reproducibility.html",
-        **facts(config, env_infos, metrics, expected_runs, config_path, runs, benchmarks),
-    )
+reproducibility_section = section("reproducibility.html", facts)

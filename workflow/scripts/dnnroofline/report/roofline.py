@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from dnnroofline.report import data
-from dnnroofline.report.render import render_page
+from dnnroofline.report.render import section
 
 
 def facts(
     ceilings: Mapping | Sequence | None, points: pd.DataFrame | None, config: Mapping | None = None
 ) -> dict:
+    """Ceilings per env (measured vs datasheet), ridge points, and the point table."""
     ceilings = data.keyed(ceilings)
     pts = data.prepare_points(points)
     envs = list(data.envs_cfg(config)) if config else []
@@ -70,8 +71,4 @@ def env_ceilings(env: str, ceil: Mapping | None) -> dict:
     }
 
 
-def roofline_section(
-    ceilings: Mapping | Sequence | None, points: pd.DataFrame | None, config: Mapping | None = None
-) -> str:
-    """Ceilings per env (measured vs datasheet), ridge points, and the point table."""
-    return render_page("roofline.html", **facts(ceilings, points, config))
+roofline_section = section("roofline.html", facts)
