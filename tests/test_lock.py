@@ -210,13 +210,19 @@ def test_old_env_info_compares_torch_release_only():
     assert (diffs, compared) == ([("torchvision", "0.28.0", "0.29.1")], 2)
 
 
-def test_lock_match_html_says_match_or_lists_differences():
+def lock_part(env_infos, pins):
+    from dnnroofline.report.render import fragment
+
+    return str(fragment("parts/lock_match.html", lock=lockfile.lock_match(env_infos, pins)))
+
+
+def test_lock_match_says_match_or_lists_differences():
     same = {"python": "3.11.4", "packages": dict(PINS)}
-    html = lockfile.lock_match_html({"local": same}, PINS)
+    html = lock_part({"local": same}, PINS)
     assert "Env <b>local</b>: Python 3.11.4 and all 4 locked packages it has match" in html
     assert "<table>" not in html
     other = {"python": "3.11.4", "packages": {**PINS, "torch": "2.13.0"}}
-    html = lockfile.lock_match_html({"local": same, "gcp_l4": other}, PINS)
+    html = lock_part({"local": same, "gcp_l4": other}, PINS)
     assert "Env <b>gcp_l4</b>: 1 version differs from the lock (4 locked packages and " in html
     assert "<td>gcp_l4</td><td>torch</td><td>2.13.0</td><td>2.14.1</td>" in html
-    assert "No lock file was given" in lockfile.lock_match_html({"local": same}, None)
+    assert "No lock file was given" in lock_part({"local": same}, None)

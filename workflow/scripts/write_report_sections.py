@@ -31,10 +31,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dnnroofline.analysis import SECTION_FILES, all_sections  # noqa: E402
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import write_text_atomic  # noqa: E402
 from dnnroofline.lockfile import parse_lock  # noqa: E402
+from dnnroofline.report import SECTION_FILES, all_sections  # noqa: E402
 from dnnroofline.study_cost import read_benchmark  # noqa: E402
 
 

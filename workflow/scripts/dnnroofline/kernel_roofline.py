@@ -39,21 +39,13 @@ from itertools import product
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
 from dnnroofline import roofline, traffic
 from dnnroofline.aggregate import match_ncu_stems, ncu_stem
-from dnnroofline.analysis import (
-    Raw,
-    esc,
-    fmt_ai,
-    fmt_bytes,
-    fmt_gflop,
-    fmt_pct,
-    fmt_time,
-    page,
-    table,
-)
 from dnnroofline.errors import InputError
+from dnnroofline.report.format import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time
+from dnnroofline.report.render import esc, page, table
 
 #: Memory levels, innermost first, with the ncu counter each one's bytes come from.
 LEVELS = ("l1", "l2", "dram")
@@ -697,13 +689,13 @@ def comparison_rows(
     return rows
 
 
-def _ratio_cell(r: float | None) -> Raw:
+def _ratio_cell(r: float | None) -> Markup:
     if r is None:
-        return Raw("–")
+        return Markup("–")
     text = f"{r:.2f}"
     if out_of_range(r):
-        return Raw(f'<span class="bad">{esc(text)} ⚠</span>')
-    return Raw(esc(text))
+        return Markup(f'<span class="bad">{esc(text)} ⚠</span>')
+    return Markup(esc(text))
 
 
 def _label(r: Mapping) -> str:
@@ -753,7 +745,7 @@ def selftest_html(selftests: Mapping[str, Mapping]) -> str:
                     f"±{c.get('tolerance', 0):.0%}",
                     "ok"
                     if c.get("ok")
-                    else Raw(f"<span class=bad>FAILED</span> {esc(c.get('reason'))}"),
+                    else Markup(f"<span class=bad>FAILED</span> {esc(c.get('reason'))}"),
                 ]
             )
             classes.append(None if c.get("ok") else "flag")

@@ -160,48 +160,20 @@ def version_differences(
     return diffs, compared
 
 
-def lock_match_html(env_infos: Mapping[str, Mapping], pins: Mapping[str, str] | None) -> str:
-    """The report's "Installed versions against the lock" part: per env, whether the
-    machine ran the locked versions, and a table of those that differ."""
-    from dnnroofline.analysis import esc, table  # analysis imports this module lazily
-
-    out = ["<h2>Installed versions against the lock</h2>"]
-    if not pins:
-        out.append(
-            "<p class=warn>No lock file was given: the machines' package versions were "
-            "not compared with <code>requirements.lock</code>.</p>"
-        )
-        return "\n".join(out)
-    out.append(
-        f"<p>{len(pins)} packages are locked in <code>requirements.lock</code> (CPython "
-        f"{LOCK_PYTHON}, Linux x86_64), which <code>make study</code> installs.</p>"
-    )
-    if not env_infos:
-        out.append("<p class=note>No env_info.json: nothing to compare.</p>")
-    rows = []
+def lock_match(env_infos: Mapping[str, Mapping], pins: Mapping[str, str] | None) -> dict:
+    """The facts of the report's "Installed versions against the lock" part: per env,
+    whether the machine ran the locked versions, and the versions that differ."""
+    envs = []
     for env, info in env_infos.items():
-        diffs, compared = version_differences(info, pins)
+        diffs, compared = version_differences(info, pins or {})
         _, complete = machine_versions(info)
-        partial = (
-            ""
-            if complete
-            else " (its env_info.json predates the package list: torch and torchvision only)"
+        envs.append(
+            {
+                "env": env,
+                "python": info.get("python"),
+                "compared": compared,
+                "complete": complete,
+                "diffs": [[env, *d] for d in diffs],
+            }
         )
-        python = f"Python {esc(info['python'])} and " if info.get("python") else ""
-        if not diffs:
-            out.append(
-                f"<p>Env <b>{esc(env)}</b>: {python}all {compared} locked packages it has "
-                f"match the lock{esc(partial)}.</p>"
-            )
-        else:
-            out.append(
-                f"<p class=warn>Env <b>{esc(env)}</b>: {len(diffs)} "
-                f"{'version differs' if len(diffs) == 1 else 'versions differ'} from the "
-                f"lock ({compared} locked packages{' and Python' if python else ''} "
-                f"compared{esc(partial)}); its "
-                "numbers may not reproduce with <code>make study</code>.</p>"
-            )
-            rows += [[env, *d] for d in diffs]
-    if rows:
-        out.append(table(["env", "package", "this machine", "locked"], rows))
-    return "\n".join(out)
+    return {"locked": len(pins or {}), "lock_python": LOCK_PYTHON, "envs": envs if pins else []}
