@@ -17,9 +17,11 @@ rule trace:
         csv="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.csv",
     log:
         "results/{menv}/logs/traces/{menv}_{model}_{precision}_bs{batch}.log",
+    benchmark:
+        "results/{menv}/benchmarks/traces/{menv}_{model}_{precision}_bs{batch}.tsv"
     conda:
         "../envs/train.yaml"
-    threads: lambda w: STUDY.threads(w.menv)
+    threads: env_threads
     resources:
         measurement=1,
     params:
@@ -28,7 +30,7 @@ rule trace:
         warmup=config["study"]["warmup_iters"],
         steps=traces_settings.get("steps", 3),
         top=traces_settings.get("top", 15),
-        declared_threads=lambda w: STUDY.threads(w.menv),
+        declared_threads=env_threads,
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
         "--steps {params.steps} --top {params.top} --env {wildcards.menv} "
@@ -53,6 +55,8 @@ rule trace_section:
         ),
     log:
         "results/logs/trace_section.log",
+    benchmark:
+        "results/benchmarks/trace_section.tsv"
     conda:
         "../envs/report.yaml"
     params:

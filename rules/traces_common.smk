@@ -29,3 +29,13 @@ def trace_targets():
         stem = f"results/{c.env}/traces/{c.config_key}"
         files += [f"{stem}.json", f"{stem}.ops.json", f"{stem}.ops.csv"]
     return files + ["results/report_sections/traces.html"]
+
+
+def trace_benchmark_files():
+    """Benchmark TSVs of the trace jobs run here (the report's "what the study cost")."""
+    if not traces_settings.get("enabled", True):
+        return []
+    return [
+        f"results/{c.env}/benchmarks/traces/{c.config_key}.tsv"
+        for c in STUDY.configs(MEASURED)
+    ]

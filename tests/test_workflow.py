@@ -103,11 +103,11 @@ def test_tiny_study_end_to_end(tiny_study):
     for section in ("design", "complexity", "measurement", "roofline", "analysis", "traces"):
         assert f"{section}.html" in report
     # what the study itself cost: the benchmark: files of the jobs, then the timed runs
-    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 3 * 2
+    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 4 * 2
     assert (results / "local" / "benchmarks" / "ceilings.tsv").is_file()
     cost = (results / "report_sections" / "reproducibility.html").read_text()
     cost = cost.split("What the study itself cost")[1]
-    for stage, jobs in (("ceilings", 1), ("complexity", 6), ("timed runs", 12)):
+    for stage, jobs in (("ceilings", 1), ("complexity", 8), ("traces", 8), ("timed runs", 16)):
         assert re.search(rf"<td[^>]*>{stage}</td>\s*<td[^>]*>{jobs}</td>", cost), stage
 
 
