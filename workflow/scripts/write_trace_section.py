@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write the report page of the traces (dnnroofline.trace_report).
+"""Write the report page of the traces (dnnroofline.report.traces).
 
     python workflow/scripts/write_trace_section.py --tables results/*/traces/*.ops.json \
         --metrics results/metrics.csv --out results/report_sections/traces.html
@@ -19,8 +19,16 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import write_text_atomic  # noqa: E402
-from dnnroofline.trace_report import entry, read_table, traces_page, untraced_medians  # noqa: E402
+from dnnroofline.io import read_json, write_text_atomic  # noqa: E402
+from dnnroofline.report.traces import traces_section  # noqa: E402
+
+
+def read_table(path: str) -> dict:
+    """A table JSON of the trace job; InputError naming the file otherwise."""
+    doc = read_json(path)
+    if not isinstance(doc, dict) or doc.get("kind") != "trace" or "status" not in doc:
+        raise InputError(f"{path}: not a trace table (no 'kind': 'trace' and 'status')")
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +42,12 @@ def main(argv: list[str] | None = None) -> int:
             metrics = pd.read_csv(args.metrics)
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise InputError(f"--metrics: cannot read {args.metrics}: {exc}") from exc
-        untraced = untraced_medians(metrics)
-        out_dir = os.path.dirname(args.out) or "."
-        entries = [entry(read_table(p), p, out_dir, untraced) for p in args.tables]
+        tables = [(p, read_table(p)) for p in args.tables]
     except InputError as exc:
         print(f"write_trace_section: error: {exc}", file=sys.stderr)
         return 2
-    write_text_atomic(args.out, traces_page(entries))
+    page = traces_section(tables, metrics, os.path.dirname(args.out) or ".")
+    write_text_atomic(args.out, page)
     return 0
 
 
