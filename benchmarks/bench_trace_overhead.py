@@ -13,7 +13,10 @@ profiler starts there), and the cost after the steps: stopping the profiler (its
 post-processing), exporting the trace (its size) and building the table.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_trace_overhead.py --arch resnet18 \
-        --batch-size 8 --image-size 128 --steps 3 --rounds 6 --json bench.json
+        --batch-size 8 --image-size 128 --warmup-iters 2 --steps 3 --rounds 6 --json bench.json
+
+It takes the driver's step flags (``--compile``, ``--channels-last``, ``--model-factory``
+...), so any config of a study can be measured as its trace job runs it.
 """
 
 from __future__ import annotations
@@ -69,32 +72,19 @@ def traced_round(setup: train.Setup, warmup: int, steps: int, workdir: str) -> d
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arch", default="resnet18")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--image-size", type=int, default=128)
-    p.add_argument("--precision", default="fp32")
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--warmup-iters", type=int, default=2, help="untimed steps per round")
-    p.add_argument("--steps", type=int, default=3, help="steps per round and side")
+    train.step_arguments(p)  # the step as run_train.py and the trace job take it
+    p.add_argument("--steps", dest="iters", type=int, default=3, help="steps per round and side")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--json", metavar="OUT", help="write the results here")
+    p.set_defaults(profile_step=False)
     args = p.parse_args(argv)
-
-    cfg = train.TrainConfig(
-        arch=args.arch,
-        batch_size=args.batch_size,
-        image_size=args.image_size,
-        warmup_iters=args.warmup_iters,
-        iters=args.steps,
-        precision=args.precision,
-        backend=args.backend,
-    )
+    cfg = train.config_from_args(args)
     resolved = train.validate(cfg)
     setup = train.build(resolved)
     print(
         f"{args.arch} bs{args.batch_size} img{args.image_size} {args.precision} on "
         f"{resolved.device}, threads={resolved.threads}, {args.rounds} rounds x "
-        f"{args.steps} steps per side",
+        f"{args.iters} steps per side",
         flush=True,
     )
     plain: list[float] = []
@@ -108,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             got = {}
             for side in order:
                 if side == "plain":
-                    got[side] = train.timed_loop(setup, args.warmup_iters, args.steps).step_s
+                    got[side] = train.timed_loop(setup, args.warmup_iters, args.iters).step_s
                 else:
-                    rec = traced_round(setup, args.warmup_iters, args.steps, workdir)
+                    rec = traced_round(setup, args.warmup_iters, args.iters, workdir)
                     got[side] = rec["step_s"]
                     extra.append(rec)
             plain += got["plain"]
@@ -126,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": train._device_info(resolved)["device_name"],
         "threads": resolved.threads,
         "rounds": args.rounds,
-        "steps": args.steps,
+        "steps": args.iters,
         "warmup_iters": args.warmup_iters,
         "untraced_step_s": plain,
         "traced_step_s": traced,
