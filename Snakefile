@@ -37,6 +37,7 @@ include: "rules/complexity.smk"
 include: "rules/train.smk"
 include: "rules/ncu.smk"
 include: "rules/perf.smk"
+include: "rules/traces.smk"
 include: "rules/aggregate.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"
@@ -45,4 +46,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets() + ncu_targets() + perf_files(),
+        all_targets() + ncu_targets() + perf_files() + trace_targets(),

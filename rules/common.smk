@@ -178,7 +178,7 @@ def benchmark_files():
         f"results/{c.env}/benchmarks/ncu/{c.config_key}.tsv"
         for c in STUDY.configs(STUDY.cuda_envs_measured())
     ]
-    return files
+    return files + trace_benchmark_files()  # rules/traces_common.smk
 
 
 def env_info_files():
