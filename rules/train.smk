@@ -15,7 +15,7 @@ rule train:
         "results/{menv}/logs/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.log",
     conda:
         "../envs/train.yaml"
-    threads: lambda w: STUDY.threads(w.menv)
+    threads: env_threads
     resources:
         **on_env_nodes(exclusive=True),
         measurement=1,
@@ -24,7 +24,7 @@ rule train:
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         iters=config["study"]["iters"],
-        declared_threads=lambda w: STUDY.threads(w.menv),
+        declared_threads=env_threads,
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
         "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "

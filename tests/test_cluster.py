@@ -211,7 +211,7 @@ PROFILE = str(ROOT / "profiles" / "slurm")
 WRONG_TARGET = "results/cpu_b/env_info.json"
 # the executor's status polling: 1 s instead of 40 s before the first check
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "1"]
-MEASUREMENTS = {"train", "ceilings", "ncu", "ncu_selftest", "perf"}
+MEASUREMENTS = {"train", "ceilings", "trace", "ncu", "ncu_selftest", "perf"}
 # the tiny study, two CPU envs, one per partition of the one node
 TWO_ENVS = {
     "envs": {
@@ -338,7 +338,7 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
 
     # no two measurements overlapped: neither their Slurm jobs nor their timed steps
     measured = sorted((j for j in jobs if j["rule"] in MEASUREMENTS), key=lambda j: j["start"])
-    assert len(measured) == 4
+    assert len(measured) == 6  # per env: a timed run, the ceilings and a trace
     for first, then in zip(measured, measured[1:], strict=False):
         assert then["start"] >= first["end"], (first, then)
     spans = sorted(

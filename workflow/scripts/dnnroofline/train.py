@@ -958,9 +958,22 @@ def _profile_hooks(backend: str) -> tuple[Callable[[], None] | None, Callable[[]
     return start, stop
 
 
-def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, Any]:
+#: Given the built Setup, returns hooks around the timed steps (it may wrap
+#: ``setup.step``): how the trace job (dnnroofline.traces) profiles the very same loop.
+Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
+
+
+def run(
+    resolved: Resolved,
+    progress: ProgressFn | None = _stderr,
+    instrument: Instrument | None = None,
+) -> dict[str, Any]:
     """Set up, warm up and time one run; return the run record (never raises for a
-    failure inside setup or the loop: that is status "oom" or "error")."""
+    failure inside setup or the loop: that is status "oom" or "error").
+
+    With ``instrument``, its hooks run around the timed steps, which are then no
+    timing to report (the trace job); NVML sampling is left out of them.
+    """
     import torch
 
     cfg = resolved.cfg
@@ -1015,11 +1028,13 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
         say(f"setup done in {record['setup_s']:.3f} s")
         iters = 1 if cfg.profile_step else cfg.iters
         before, after = _profile_hooks(resolved.backend) if cfg.profile_step else (None, None)
+        if instrument is not None:
+            before, after = instrument(setup)
         probe: dict[str, float] = {}
         if setup.scaler is not None:
             before, after = with_scale_probe(setup.scaler, before, after, probe)
         sampler = None
-        if resolved.backend == "cuda" and not cfg.profile_step:
+        if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
             sampler = NvmlSampler(torch.device(resolved.device).index or 0)
             before, after = with_sampler(sampler, before, after, record)
         times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
@@ -1100,17 +1115,13 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
 # --------------------------------------------------------------------------- CLI
 
 
-def arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="run_train.py",
-        description="One timed, uninstrumented training run of a torchvision model "
-        "(warm-up, then per-step times); writes the run JSON atomically at the end.",
-    )
+def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags that define the training step and its machine (all but the timed part):
+    shared by run_train.py and the trace job (dnnroofline.traces), so both run one step."""
     p.add_argument("--arch", required=True, help="torchvision classification model name")
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--warmup-iters", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
     p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}")
     p.add_argument("--backend", default="auto", help="auto | cpu | cuda | mps")
     data = p.add_mutually_exclusive_group()
@@ -1155,6 +1166,17 @@ def arg_parser() -> argparse.ArgumentParser:
         help="the env's env_info.json: refuse (exit 2) unless this machine matches it "
         "(device, CPU model, GPU)",
     )
+    return p
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_train.py",
+        description="One timed, uninstrumented training run of a torchvision model "
+        "(warm-up, then per-step times); writes the run JSON atomically at the end.",
+    )
+    step_arguments(p)
+    p.add_argument("--iters", type=int, default=20)
     p.add_argument(
         "--profile-step",
         action="store_true",
