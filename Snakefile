@@ -31,6 +31,7 @@ except WorkflowError as err:
 report: "report/workflow.rst"
 
 
+include: "rules/cluster.smk"
 include: "rules/common.smk"
 include: "rules/machine.smk"
 include: "rules/complexity.smk"

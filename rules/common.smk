@@ -33,14 +33,20 @@ def check_custom_models(study):
         )
 
 
+# A cluster job re-reads this file on its node to run one job: the submitting host has
+# checked the models already, and importing torchvision costs seconds in every job.
+CHECK_MODELS = not (workflow.remote_exec or workflow.subprocess_exec)
+
 try:
     STUDY = Study(
         config,
         machine_device=detect_device(),
-        known_models=known_models(),
+        known_models=known_models() if CHECK_MODELS else None,
         cpu_flags=detect_cpu_flags(),
+        cluster_cpus=CLUSTER_CPUS,
     )
-    check_custom_models(STUDY)
+    if CHECK_MODELS:
+        check_custom_models(STUDY)
 except InputError as err:
     raise WorkflowError(str(err)) from None
 

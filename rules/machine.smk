@@ -10,6 +10,8 @@ rule env_info:
         "results/{menv}/logs/env_info.log",
     conda:
         "../envs/machine.yaml"
+    resources:
+        **on_env_nodes(exclusive=False),
     params:
         script=script("env_info.py"),
         declared=env_declared_flags,
@@ -31,6 +33,7 @@ rule ceilings:
         "../envs/machine.yaml"
     threads: env_threads
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("ceilings.py"),

@@ -22,6 +22,7 @@ rule ncu_selftest:
     conda:
         "../envs/profile.yaml"
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("ncu_selftest.py"),
@@ -52,6 +53,7 @@ rule ncu:
         "../envs/profile.yaml"
     threads: env_threads
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("profile_ncu.py"),

@@ -20,6 +20,7 @@ rule perf:
         "../envs/profile.yaml"
     threads: env_threads
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("profile_perf.py"),

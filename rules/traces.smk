@@ -23,6 +23,7 @@ rule trace:
         "../envs/train.yaml"
     threads: env_threads
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("trace_step.py"),

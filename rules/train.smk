@@ -17,6 +17,7 @@ rule train:
         "../envs/train.yaml"
     threads: env_threads
     resources:
+        **on_env_nodes(exclusive=True),
         measurement=1,
     params:
         script=script("run_train.py"),

@@ -126,8 +126,12 @@ class Study:
         path_exists: Callable[[str], bool] = os.path.exists,
         cpu_count: int | None = None,
         cpu_flags: Iterable[str] | None = None,
+        cluster_cpus: dict[str, int | None] | None = None,
     ):
         self.config = config
+        # envs whose jobs run on Slurm nodes (None: not a Slurm run), with the CPUs of
+        # their partition's smallest node: this host's device and CPU are not theirs
+        self.cluster_cpus = cluster_cpus
         self.machine_device = machine_device
         self._cpu_flags = cpu_flags  # this machine's CPU flags (None: unknown)
         self.study = config["study"]
@@ -152,7 +156,8 @@ class Study:
         return self.machine_device if declared == "auto" else declared
 
     def threads(self, env: str) -> int:
-        return int(self.envs[env].get("threads") or self._cpu_count)
+        node = (self.cluster_cpus or {}).get(env)
+        return int(self.envs[env].get("threads") or node or self._cpu_count)
 
     def compile_mode(self, env: str) -> str | None:
         """The env's torch.compile mode, None when it runs eagerly."""
@@ -307,6 +312,8 @@ class Study:
                         f"{suggest(env, self.envs)}"
                     )
             return list(chosen)
+        if self.cluster_cpus is not None:  # on Slurm, each env with a partition
+            return list(self.cluster_cpus)
         return [
             e for e, spec in self.envs.items() if spec["device"] in ("auto", self.machine_device)
         ]
@@ -318,7 +325,7 @@ class Study:
             reason = None
             if precision not in supported:
                 reason = UNSUPPORTED_REASON.get((device, precision), "not supported")
-            elif (device, precision) == ("cpu", "bf16") and env in self.measure_envs:
+            elif (device, precision) == ("cpu", "bf16") and self._measured_on_this_cpu(env):
                 # native bf16 needs AVX512_BF16 or AMX (flags None: unknown, not refused)
                 reason = cpu_bf16_reason(self._cpu_flags) if self._cpu_flags is not None else None
                 if reason:
@@ -331,6 +338,9 @@ class Study:
                     f"{' here' if len(supported) < len(SUPPORTED_PRECISIONS[device]) else ''}: "
                     f"{', '.join(supported)}"
                 )
+
+    def _measured_on_this_cpu(self, env: str) -> bool:
+        return env in self.measure_envs and env not in (self.cluster_cpus or {})
 
     def _check_options(self, env: str) -> None:
         device = self.device(env)
