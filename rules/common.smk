@@ -7,7 +7,13 @@ from snakemake.logging import logger
 
 from dnnroofline.envinfo import check_copied_env
 from dnnroofline.errors import InputError
-from dnnroofline.study import Study, alternation, detect_cpu_flags, detect_device
+from dnnroofline.study import (
+    Study,
+    alternation,
+    detect_cpu_flags,
+    detect_device,
+    detect_gpu_count,
+)
 
 
 def known_models():
@@ -39,6 +45,7 @@ try:
         machine_device=detect_device(),
         known_models=known_models(),
         cpu_flags=detect_cpu_flags(),
+        gpu_count=detect_gpu_count(),
     )
     check_custom_models(STUDY)
 except InputError as err:
@@ -180,7 +187,7 @@ def run_args(wildcards):
         data,
         f"--workers {study['workers']}",
     ]
-    # how the env runs the step: compile, channels_last, cudnn_benchmark
+    # how the env runs the step: compile, channels_last, cudnn_benchmark, nproc
     return " ".join(flags + STUDY.option_flags(wildcards.menv))
 
 

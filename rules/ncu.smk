@@ -51,7 +51,7 @@ rule ncu:
         "results/{menv}/benchmarks/ncu/{menv}_{model}_{precision}_bs{batch}.tsv"
     conda:
         "../envs/profile.yaml"
-    threads: lambda w: STUDY.threads(w.menv)
+    threads: lambda w: STUDY.job_threads(w.menv)
     resources:
         measurement=1,
     params:

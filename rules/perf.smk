@@ -18,7 +18,7 @@ rule perf:
         "results/{menv}/logs/perf/{menv}_{model}_{precision}_bs{batch}.log",
     conda:
         "../envs/profile.yaml"
-    threads: lambda w: STUDY.threads(w.menv)
+    threads: lambda w: STUDY.job_threads(w.menv)
     resources:
         measurement=1,
     params:
