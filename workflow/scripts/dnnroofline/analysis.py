@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dnnroofline import roofline
+from dnnroofline import env_compare, roofline
 from dnnroofline.aggregate import METRICS_COLUMNS, POINTS_COLUMNS
 from dnnroofline.errors import InputError
 
@@ -706,6 +706,8 @@ def design_section(
         mx = env_matrix(config, env)
         threads = _env_threads(env, config, env_infos, m)
         cores = info.get("cpu_cores_physical")
+        opts = env_compare.env_options(config, env)
+        nproc = f"{opts['nproc']} processes × " if opts["nproc"] > 1 else ""
         rows.append(
             [
                 env,
@@ -721,8 +723,10 @@ def design_section(
                     else None
                 )
                 or "–",
-                ("all cores" if threads is None else str(threads))
+                nproc
+                + ("all cores" if threads is None else str(threads))
                 + (f" of {cores} physical" if cores else ""),
+                env_compare.describe(opts),
                 _join(mx["precisions"]) or "–",
                 ", ".join(str(b) for b in mx["batch_sizes"]) or "–",
                 (
@@ -742,6 +746,7 @@ def design_section(
                 "GPU",
                 "CPU",
                 "threads",
+                "how the step runs",
                 "precisions",
                 "batch sizes",
                 "measured on",
@@ -1463,6 +1468,7 @@ def analysis_section(
     complexity: Any = None,
     ceilings: Mapping | Sequence | None = None,
     expected_runs: Any = None,
+    runs: Sequence[Mapping] | None = None,
 ) -> str:
     """Per-point diagnosis, cross-model/env/batch comparisons, failed and missing runs."""
     env_infos = _keyed(env_infos)
@@ -1509,6 +1515,10 @@ def analysis_section(
     if tp["env"].nunique() > 1:
         parts.append(_cross_env_html(tp))
     parts.append(_speedup_html(tp, pts, config))
+    parts.append("<h3>Compiling: what it costs, when it pays off</h3>")
+    parts.append(env_compare.compile_html(config, runs, env_infos))
+    parts.append("<h3>Data-parallel scaling</h3>")
+    parts.append(env_compare.scaling_html(config, tp, env_infos, m))
     parts.append("<h2>Precision effect</h2>")
     parts.append(_precision_effect_html(tp, pts, config))
     parts.append("<h2>Batch-size scaling</h2>")
@@ -2495,7 +2505,7 @@ def model_flags(study: Mapping, model: str) -> list[str]:
 
 
 def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
-    """Driver flags of how an env runs the step: compile, channels-last, cuDNN."""
+    """Driver flags of how an env runs the step: compile, channels-last, cuDNN, nproc."""
     flags = []
     if envcfg.get("compile"):
         flags += ["--compile", str(envcfg["compile"])]
@@ -2504,6 +2514,8 @@ def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
         flags.append("--channels-last")
     if envcfg.get("cudnn_benchmark") is not None:
         flags.append("--cudnn-benchmark" if envcfg["cudnn_benchmark"] else "--no-cudnn-benchmark")
+    if int(envcfg.get("nproc") or 1) > 1:
+        flags += ["--nproc", str(int(envcfg["nproc"]))]
     return flags
 
 
@@ -2543,8 +2555,8 @@ def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None)
         args += ["--expect-threads", str(int(threads))]
     args += ["--run-id", rid, "--out", f"results/{env}/runs/{rid}.json"]
     cmd = " ".join(shlex.quote(a) for a in args)
-    if _isnum(threads):
-        cmd = f"OMP_NUM_THREADS={int(threads)} {cmd}"
+    if _isnum(threads):  # the job's threads: every process's (the driver splits them)
+        cmd = f"OMP_NUM_THREADS={int(threads) * int(envcfg.get('nproc') or 1)} {cmd}"
     return cmd
 
 
@@ -2711,7 +2723,7 @@ def all_sections(
         "measurement.html": measurement_section(config, env_infos, metrics, runs),
         "roofline.html": roofline_section(ceilings, points, config),
         "analysis.html": analysis_section(
-            config, metrics, points, env_infos, complexity, ceilings, expected_runs
+            config, metrics, points, env_infos, complexity, ceilings, expected_runs, runs
         ),
         "reproducibility.html": reproducibility_section(
             config, env_infos, metrics, expected_runs, config_path
