@@ -152,7 +152,7 @@ def test_rank_threads_split_the_job(budget, nproc, expect, expected):
 @pytest.mark.parametrize(
     "budget, nproc, expect, message",
     [
-        (1, 2, 1, "env declares 2 processes x 1 threads = 2 threads but this job got 1"),
+        (1, 2, 1, "env declares 2 processes x 1 thread = 2 threads but this job got 1"),
         (1, 2, None, "--nproc 2: needs at least one thread per process but this job has 1"),
     ],
 )
@@ -230,7 +230,7 @@ def test_no_rank_outlives_a_killed_launcher(tmp_path, sig):
 def test_too_few_threads_for_the_processes_is_refused(tmp_path):
     proc, rec = run_cli(tmp_path, *TINY, "--nproc", "2", "--expect-threads", "1", threads="1")
     assert proc.returncode == 2 and rec is None
-    assert "env declares 2 processes x 1 threads = 2 threads but this job got 1" in proc.stderr
+    assert "env declares 2 processes x 1 thread = 2 threads but this job got 1" in proc.stderr
 
 
 def test_bad_nproc_is_refused(tmp_path):

@@ -189,8 +189,8 @@ def test_data_parallel_env_holds_every_process_threads():
     "options, device, kw, expected",
     [
         ({"nproc": 0}, "cpu", {}, "envs.opt.nproc: 0 is not a process count"),
-        ({"nproc": 5}, "cpu", {}, "envs.opt.nproc: 5 processes x 2 threads = 10 exceed this "
-         "machine's 8 cores"),
+        ({"nproc": 5}, "cpu", {}, "envs.opt.nproc: 5 processes x 2 threads = 10 threads "
+         "exceed this machine's 8 cores"),
         ({"nproc": 9, "threads": None}, "cpu", {}, "envs.opt.nproc: 9 processes of at least 1 "
          "thread exceed this machine's 8 cores"),
         ({"nproc": 2, "device": "mps"}, "mps", {}, "envs.opt.nproc: 2 on device mps"),

@@ -80,7 +80,8 @@ def rank_threads(budget: int, nproc: int, expect: int | None, omp_value: str | N
         if budget != nproc * expect:
             raise InputError(
                 f"--expect-threads {expect} with --nproc {nproc}: env declares {nproc} "
-                f"processes x {expect} threads = {nproc * expect} threads but this job got "
+                f"processes x {expect} thread{'s' if expect != 1 else ''} = {nproc * expect} "
+                f"threads but this job got "
                 f"{budget} ({omp}); run snakemake with --cores >= {nproc * expect}"
             )
         return expect

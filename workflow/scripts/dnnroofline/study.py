@@ -396,9 +396,10 @@ class Study:
         threads = self.envs[env].get("threads")
         if (threads or 1) * nproc > self._cpu_count:
             per = (
-                f"{nproc} processes x {threads} threads = {nproc * threads}"
+                f"{nproc} processes x {threads} thread{'s' if threads != 1 else ''} = "
+                f"{nproc * threads} threads"
                 if threads
-                else (f"{nproc} processes of at least 1 thread")
+                else f"{nproc} processes of at least 1 thread"
             )
             raise InputError(
                 f"config envs.{env}.nproc: {per} exceed this machine's {self._cpu_count} "
