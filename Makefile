@@ -1,25 +1,37 @@
-# The two commands of the README: `make study` and `make test`.
+# The two commands of the README: `make study` and `make test`; `make lock` rewrites the locks.
 VENV ?= .venv
 CORES ?= all
+PYTHON ?= python3
 BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: study test lint setup setup-dev gpu-check clean
+.PHONY: study test lint setup setup-dev gpu-check lock clean
+
+# The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
+# x86_64 (glibc >= 2.28). make study installs LOCK, make test DEV_LOCK (a superset).
+LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
+LOCK_PYTHON := 3.11
 
 # WHEELS=dir, for a GPU machine without a package index: the venv sees the machine's own
-# torch (system site-packages) and pip installs the rest from the wheels in dir only.
+# torch (system site-packages) and pip installs the rest from the wheels in dir only. The
+# lock cannot hold there (the machine's torch is not the locked one): requirements.txt's
+# bounds are installed instead, and the report lists every version that differs.
 WHEELS ?=
 PIP_SOURCE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 
-$(VENV)/.runtime: requirements.txt
-	python3 -m venv $(if $(WHEELS),--system-site-packages,) $(VENV)
+$(VENV)/.runtime: requirements.txt $(LOCK)
+	$(PYTHON) -m venv $(if $(WHEELS),--system-site-packages,) $(VENV)
+	@$(BIN)/python -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(LOCK_PYTHON)")' || echo \
+		"setup: warning: the lock is for Python $(LOCK_PYTHON), not this $$($(BIN)/python -V)" >&2
 	$(if $(WHEELS),,$(BIN)/python -m pip install -q --upgrade pip)
-	$(BIN)/python -m pip install -q $(PIP_SOURCE) -r requirements.txt
+	$(if $(WHEELS),@echo "setup: WHEELS mode: $(LOCK) is not applied (the machine's own torch)",)
+	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r requirements.txt,--require-hashes -r $(LOCK))
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
-	$(BIN)/python -m pip install -q -r requirements-dev.txt
+$(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
+	$(BIN)/python -m pip install -q $(if $(WHEELS),-r requirements-dev.txt,--require-hashes -r $(DEV_LOCK))
 	touch $@
 
 setup: $(VENV)/.runtime
@@ -49,6 +61,24 @@ lint: setup-dev
 	snakefmt --check .
 	ruff check .
 	ruff format --check .
+
+## Rewrite the locks after a change to requirements*.txt or lock-constraints.txt. Pins
+## that still fit are kept; UPGRADE=1 moves every package to its newest allowed release.
+## uv (pinned, in LOCK_TOOLS) resolves against PyPI and ignores this machine's pip config.
+UV_VERSION := 0.13.9
+LOCK_TOOLS ?= .lock-tools
+UV := $(LOCK_TOOLS)/bin/uv
+UV_COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version $(LOCK_PYTHON) \
+	--python-platform x86_64-manylinux_2_28 -c lock-constraints.txt \
+	--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade,)
+
+$(UV):
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/python -m pip install -q uv==$(UV_VERSION)
+
+lock: $(UV)
+	$(UV_COMPILE) requirements.txt -o $(LOCK)
+	$(UV_COMPILE) requirements-dev.txt -c $(LOCK) -o $(DEV_LOCK)
 
 clean:
 	rm -rf results .snakemake

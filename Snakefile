@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import min_version, validate
 
-min_version("8.0")
+min_version("9.19")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
@@ -37,6 +37,7 @@ include: "rules/complexity.smk"
 include: "rules/train.smk"
 include: "rules/ncu.smk"
 include: "rules/perf.smk"
+include: "rules/traces.smk"
 include: "rules/aggregate.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"
@@ -45,4 +46,4 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets() + ncu_targets() + perf_files(),
+        all_targets() + ncu_targets() + perf_files() + trace_targets(),

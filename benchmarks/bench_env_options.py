@@ -11,7 +11,7 @@ it, on 2 threads, with the variants interleaved round by round to cancel drift:
    as a study's first run does). The 1-minute load average of the machine is printed
    with each row: inductor's OpenMP kernels slow down badly when another process
    takes one of the 2 cores (see BENCHMARKS.md).
-   Compile overhead, speedup and break-even steps come from dnnroofline.env_compare,
+   Compile overhead, speedup and break-even steps come from dnnroofline.report.env_compare,
    the code of the report.
 2. resnet18: one process of 2 threads at batch B and 2B, against ``--nproc 2``
    (2 gloo processes of 1 thread, batch B each, so 2B images per step).
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
-from dnnroofline.env_compare import break_even_steps, warmup_overhead  # noqa: E402
+from dnnroofline.report.env_compare import break_even_steps, warmup_overhead  # noqa: E402
 
 
 def run(args: list[str], threads: int, env_extra: dict[str, str] | None = None) -> dict:

@@ -50,8 +50,8 @@ rule roofline_points:
         "../envs/analysis.yaml"
     params:
         script=script("roofline_points.py"),
-        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
-        perf=lambda w, input: f"--perf {input.perf}" if input.perf else "",
+        ncu=optional_files_flag("ncu"),
+        perf=optional_files_flag("perf"),
     shell:
         "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
         "--ceilings {input.ceilings} {params.ncu} {params.perf} --out {output} > {log} 2>&1"

@@ -172,6 +172,22 @@ def ceilings_files():
     return [f"results/{env}/ceilings.json" for env in reported_envs()]
 
 
+def benchmark_files():
+    """Benchmark TSVs of the measuring jobs run here, for "what the study itself cost"."""
+    files = [
+        f"results/benchmarks/complexity/{m}_bs{b}.tsv"
+        for m, b in STUDY.complexity_keys()
+    ]
+    files += [f"results/{env}/benchmarks/ceilings.tsv" for env in MEASURED]
+    for env in STUDY.cuda_envs_measured():
+        files.append(f"results/{env}/benchmarks/ncu/selftest.tsv")
+    files += [
+        f"results/{c.env}/benchmarks/ncu/{c.config_key}.tsv"
+        for c in STUDY.configs(STUDY.cuda_envs_measured())
+    ]
+    return files + trace_benchmark_files()  # rules/traces_common.smk
+
+
 def env_info_files():
     return [f"results/{env}/env_info.json" for env in reported_envs()]
 
@@ -256,3 +272,61 @@ def resolved_config():
         for m, s in STUDY.model_specs.items()
     }
     return dict(config, envs=envs, study=study, measure_envs=MEASURED)
+
+
+# Per-job values for the rules: named functions rather than lambdas, as the
+# Snakemake workflow catalog asks, so each is named, documented and reused.
+def env_threads(wildcards):
+    """The measured env's declared threads (every measurement runs with them)."""
+    return STUDY.threads(wildcards.menv)
+
+
+def job_threads(wildcards):
+    """The cores a measured env's run holds: every process's threads (nproc x threads)."""
+    return STUDY.job_threads(wildcards.menv)
+
+
+def env_device(wildcards):
+    return STUDY.device(wildcards.menv)
+
+
+def env_precisions(wildcards):
+    return " ".join(STUDY.precisions(wildcards.menv))
+
+
+def env_declared_flags(wildcards):
+    return declared_machine_flags(wildcards.menv)
+
+
+def model_flags(wildcards):
+    """The model's flags for complexity.py and the driver (torchvision name or factory)."""
+    return " ".join(STUDY.model_args(wildcards.model))
+
+
+def env_ncu_files(wildcards):
+    """The ncu captures of one env (its interactive roofline draws their kernels)."""
+    return [f for f in ncu_files() if f.startswith(f"results/{wildcards.env}/ncu/")]
+
+
+def optional_files_flag(name):
+    """A params function giving `--{name} <files>` when input `name` has files, else ''.
+
+    Scripts take an absent flag as "none of these", e.g. a CPU-only study has no ncu.
+    """
+
+    def flag(wildcards, input):
+        files = input.get(name)
+        return f"--{name} {files}" if files else ""
+
+    flag.__name__ = f"{name}_flag"
+    return flag
+
+
+def output_dir(name):
+    """A params function giving the folder of output `name`."""
+
+    def folder(wildcards, output):
+        return os.path.dirname(output.get(name))
+
+    folder.__name__ = f"{name}_dir"
+    return folder

@@ -6,11 +6,13 @@ rule complexity:
         "results/complexity/{model}_bs{batch}.json",
     log:
         "results/logs/complexity/{model}_bs{batch}.log",
+    benchmark:
+        "results/benchmarks/complexity/{model}_bs{batch}.tsv"
     conda:
         "../envs/analysis.yaml"
     params:
         script=script("complexity.py"),
-        model=lambda w: " ".join(STUDY.model_args(w.model)),
+        model=model_flags,
     shell:
         "OMP_NUM_THREADS=1 python {params.script} {params.model} "
         "--batch-size {wildcards.batch} --out {output} > {log} 2>&1"

@@ -12,7 +12,7 @@ rule env_info:
         "../envs/machine.yaml"
     params:
         script=script("env_info.py"),
-        declared=lambda w: declared_machine_flags(w.menv),
+        declared=env_declared_flags,
     shell:
         "python {params.script} --env {wildcards.menv} {params.declared} "
         "--out {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"
@@ -29,16 +29,16 @@ rule ceilings:
         "results/{menv}/benchmarks/ceilings.tsv"
     conda:
         "../envs/machine.yaml"
-    threads: lambda w: STUDY.threads(w.menv)
+    threads: env_threads
     resources:
         measurement=1,
     params:
         script=script("ceilings.py"),
-        device=lambda w: STUDY.device(w.menv),
-        precisions=lambda w: " ".join(STUDY.precisions(w.menv)),
+        device=env_device,
+        precisions=env_precisions,
         quick="--quick" if config.get("ceilings", {}).get("quick") else "",
         check=script("env_info.py"),
-        declared=lambda w: declared_machine_flags(w.menv),
+        declared=env_declared_flags,
     shell:
         # first refuse a machine that is not the one env_info.json describes
         "python {params.check} --env {wildcards.menv} {params.declared} --verify {input} "

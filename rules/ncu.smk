@@ -26,11 +26,10 @@ rule ncu_selftest:
     params:
         script=script("ncu_selftest.py"),
         ncu=ncu_settings.get("executable", "ncu"),
-        precisions=lambda w: " ".join(STUDY.precisions(w.menv)),
-        work=lambda w: f"results/{w.menv}/ncu/selftest",
+        precisions=env_precisions,
     shell:
         "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
-        "--precisions {params.precisions} --work-dir {params.work} --out {output} > {log} 2>&1"
+        "--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1"
 
 
 rule ncu:
@@ -51,7 +50,7 @@ rule ncu:
         "results/{menv}/benchmarks/ncu/{menv}_{model}_{precision}_bs{batch}.tsv"
     conda:
         "../envs/profile.yaml"
-    threads: lambda w: STUDY.job_threads(w.menv)
+    threads: job_threads
     resources:
         measurement=1,
     params:
@@ -60,7 +59,7 @@ rule ncu:
         args=run_args,
         ncu=ncu_settings.get("executable", "ncu"),
         warmup=ncu_settings.get("warmup_iters", 3),
-        declared_threads=lambda w: STUDY.threads(w.menv),
+        declared_threads=env_threads,
     shell:
         "python {params.script} --ncu {params.ncu} --env-info {input.info} "
         "--csv-out {output.csv} --step-csv-out {output.step_csv} --json-out {output.json} "
@@ -87,7 +86,14 @@ rule plot_kernel_roofline:
             "results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.png",
             caption="../report/roofline_kernels.rst",
             category="4. Roofline",
-            labels={"figure": "kernels {env} {model} {precision} bs{batch}"},
+            subcategory="Per-kernel rooflines (ncu)",
+            labels={
+                "figure": "kernels",
+                "env": "{env}",
+                "model": "{model}",
+                "precision": "{precision}",
+                "batch": "{batch}",
+            },
         ),
         svg="results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.svg",
     log:
@@ -112,7 +118,14 @@ rule plot_hierarchical_roofline:
             "results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.png",
             caption="../report/roofline_hierarchical.rst",
             category="4. Roofline",
-            labels={"figure": "hierarchical {env} {model} {precision} bs{batch}"},
+            subcategory="Hierarchical rooflines (ncu)",
+            labels={
+                "figure": "hierarchical",
+                "env": "{env}",
+                "model": "{model}",
+                "precision": "{precision}",
+                "batch": "{batch}",
+            },
         ),
         svg="results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.svg",
     log:
@@ -142,6 +155,8 @@ rule ncu_vs_analytic:
         ),
     log:
         "results/logs/ncu_vs_analytic.log",
+    benchmark:
+        "results/benchmarks/ncu_vs_analytic.tsv"
     conda:
         "../envs/analysis.yaml"
     params:

@@ -18,7 +18,7 @@ rule perf:
         "results/{menv}/logs/perf/{menv}_{model}_{precision}_bs{batch}.log",
     conda:
         "../envs/profile.yaml"
-    threads: lambda w: STUDY.job_threads(w.menv)
+    threads: job_threads
     resources:
         measurement=1,
     params:
@@ -29,7 +29,7 @@ rule perf:
         warmup=config.get("perf", {}).get("warmup_iters", 2),
         short=config.get("perf", {}).get("iters_short", 1),
         long=config.get("perf", {}).get("iters_long", 4),
-        declared_threads=lambda w: STUDY.threads(w.menv),
+        declared_threads=env_threads,
     shell:
         "python {params.script} --perf {params.perf} --ceilings {input.ceilings} "
         "--json-out {output.json} --iters-short {params.short} --iters-long {params.long} "

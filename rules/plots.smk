@@ -10,7 +10,8 @@ rule plot_roofline_env:
             "results/plots/roofline_{env}.png",
             caption="../report/roofline_env.rst",
             category="4. Roofline",
-            labels={"figure": "roofline {env}"},
+            subcategory="Static rooflines",
+            labels={"figure": "roofline", "env": "{env}"},
         ),
         svg="results/plots/roofline_{env}.svg",
     log:
@@ -33,7 +34,8 @@ rule plot_roofline_all:
             "results/plots/roofline_all.png",
             caption="../report/roofline_all.rst",
             category="4. Roofline",
-            labels={"figure": "roofline, all envs"},
+            subcategory="Static rooflines",
+            labels={"figure": "roofline", "env": "all envs"},
         ),
         svg="results/plots/roofline_all.svg",
     log:
@@ -55,7 +57,8 @@ rule plot_throughput:
             "results/plots/throughput.png",
             caption="../report/throughput.rst",
             category="3. Measurement",
-            labels={"figure": "throughput vs batch size"},
+            subcategory="Figures",
+            labels={"figure": "throughput vs batch size", "env": "all envs"},
         ),
         svg="results/plots/throughput.svg",
     log:
@@ -73,13 +76,14 @@ rule plot_interactive_env:
     input:
         points="results/roofline_points.csv",
         ceilings="results/{env}/ceilings.json",
-        ncu=lambda w: [f for f in ncu_files() if f.startswith(f"results/{w.env}/ncu/")],
+        ncu=env_ncu_files,
     output:
         report(
             "results/plots/roofline_{env}.html",
             caption="../report/roofline_interactive_env.rst",
             category="4. Roofline",
-            labels={"figure": "interactive roofline {env}"},
+            subcategory="Interactive rooflines",
+            labels={"figure": "interactive roofline", "env": "{env}"},
         ),
     log:
         "results/logs/plots/roofline_{env}_html.log",
@@ -87,7 +91,7 @@ rule plot_interactive_env:
         "../envs/analysis.yaml"
     params:
         script=script("plot_interactive.py"),
-        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+        ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
         "--env {wildcards.env} {params.ncu} --out {output} > {log} 2>&1"
@@ -103,7 +107,8 @@ rule plot_interactive_all:
             "results/plots/roofline_all.html",
             caption="../report/roofline_interactive_all.rst",
             category="4. Roofline",
-            labels={"figure": "interactive roofline, all envs"},
+            subcategory="Interactive rooflines",
+            labels={"figure": "interactive roofline", "env": "all envs"},
         ),
     log:
         "results/logs/plots/roofline_all_html.log",
@@ -111,7 +116,7 @@ rule plot_interactive_all:
         "../envs/analysis.yaml"
     params:
         script=script("plot_interactive.py"),
-        ncu=lambda w, input: f"--ncu {input.ncu}" if input.ncu else "",
+        ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
         "{params.ncu} --out {output} > {log} 2>&1"

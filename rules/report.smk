@@ -11,6 +11,8 @@ rule report_sections:
         ceilings=ceilings_files(),
         env_info=env_info_files(),
         runs=run_files(),
+        benchmarks=benchmark_files(),
+        lock=os.path.join(workflow.basedir, "requirements.lock"),
     output:
         design=report(
             "results/report_sections/design.html",
@@ -50,14 +52,18 @@ rule report_sections:
         ),
     log:
         "results/logs/report_sections.log",
+    benchmark:
+        "results/benchmarks/report_sections.tsv"
     conda:
         "../envs/report.yaml"
     params:
         script=script("write_report_sections.py"),
-        outdir=lambda w, output: os.path.dirname(output.design),
+        outdir=output_dir("design"),
     shell:
         "python {params.script} --config {input.config} --metrics {input.metrics} "
         "--points {input.points} --complexity {input.complexity} "
         "--ceilings {input.ceilings} --env-info {input.env_info} "
-        "--expected-runs {input.matrix} --runs {input.runs} --outdir {params.outdir} "
+        "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
+        "--lock {input.lock} "
+        "--outdir {params.outdir} "
         "> {log} 2>&1"

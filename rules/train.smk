@@ -16,7 +16,7 @@ rule train:
         "results/{menv}/logs/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.log",
     conda:
         "../envs/train.yaml"
-    threads: lambda w: STUDY.job_threads(w.menv)
+    threads: job_threads
     resources:
         measurement=1,
     params:
@@ -24,7 +24,7 @@ rule train:
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         iters=config["study"]["iters"],
-        declared_threads=lambda w: STUDY.threads(w.menv),
+        declared_threads=env_threads,
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
         "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "

@@ -12,3 +12,7 @@ def tiny_study(tmp_path_factory):
     snakemake(workdir, "--cores", "2")
     snakemake(workdir, "--report", "results/report.html")
     return workdir
+
+
+# the report tests' inputs and sections fixtures
+pytest_plugins = ["report_fixtures"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dnnroofline import ceiling_kernels as ck
 from dnnroofline import ceilings as cl
 from dnnroofline.envinfo import cpu_info
 from dnnroofline.errors import InputError
@@ -105,9 +106,9 @@ def test_quick_roof_is_the_best_candidate(quick_ceilings, precision):
     assert roof["set_by"] == win["method"] and win["method"] in roof["method"]
     gemm = cands[1]
     assert gemm["method"].startswith("torch.matmul 1024x64x576 (MxNxK)")
-    assert gemm["flop"] == cl.gemm_flop(1024, 64, 576)
+    assert gemm["flop"] == ck.gemm_flop(1024, 64, 576)
     conv, conv_bwd = cands[2], cands[3]
-    assert conv["flop"] == cl.conv_flop(2, 16, 16, 16, 16, 3, 3)
+    assert conv["flop"] == ck.conv_flop(2, 16, 16, 16, 16, 3, 3)
     assert conv_bwd["flop"] == 3 * conv["flop"] and "forward+backward" in conv_bwd["method"]
     assert "oneDNN" in conv["method"] and "Winograd" in conv["method"]
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
@@ -116,8 +117,8 @@ def test_quick_roof_is_the_best_candidate(quick_ceilings, precision):
 
 def test_conv_flop_is_nominal_fma_two():
     # 1 image, 3->8 channels, 4x4 output, 3x3 kernel: 8*16 outputs x 27 MACs x 2
-    assert cl.conv_flop(1, 3, 8, 4, 4, 3, 3) == 2 * 8 * 16 * 27
-    assert cl.conv_flop(2, 32, 32, 7, 7, 3, 3, groups=32) == 2 * 2 * 32 * 49 * 9  # depthwise
+    assert ck.conv_flop(1, 3, 8, 4, 4, 3, 3) == 2 * 8 * 16 * 27
+    assert ck.conv_flop(2, 32, 32, 7, 7, 3, 3, groups=32) == 2 * 2 * 32 * 49 * 9  # depthwise
 
 
 def test_quick_fp32_below_derived_peak_or_flagged(quick_ceilings):
@@ -213,25 +214,25 @@ def test_select_peak_ignores_invalid_values():
 
 
 def test_gemm_flop_counts_fma_as_two():
-    assert cl.gemm_flop(2, 3, 4) == 48
-    assert cl.gemm_flop(8192, 8192, 8192) == 2 * 8192**3
+    assert ck.gemm_flop(2, 3, 4) == 48
+    assert ck.gemm_flop(8192, 8192, 8192) == 2 * 8192**3
 
 
 def test_gemm_size_for():
     # 2 n^3 = rate * t  ->  n = (1e11 * 0.6 / 2)^(1/3) = 3107 -> 3072
-    assert cl.gemm_size_for(1e11, 0.6, lo=1024, hi=4096) == 3072
-    assert cl.gemm_size_for(1e15, 0.6, lo=1024, hi=4096) == 4096
-    assert cl.gemm_size_for(1e6, 0.6, lo=1024, hi=4096) == 1024
+    assert ck.gemm_size_for(1e11, 0.6, lo=1024, hi=4096) == 3072
+    assert ck.gemm_size_for(1e15, 0.6, lo=1024, hi=4096) == 4096
+    assert ck.gemm_size_for(1e6, 0.6, lo=1024, hi=4096) == 1024
 
 
 def test_stream_array_bytes():
     mib = 1024**2
-    assert cl.stream_array_bytes(32 * mib, 64 * 1024 * mib)[0] == 128 * mib
-    size, why = cl.stream_array_bytes(None, 64 * 1024 * mib)
+    assert ck.stream_array_bytes(32 * mib, 64 * 1024 * mib)[0] == 128 * mib
+    size, why = ck.stream_array_bytes(None, 64 * 1024 * mib)
     assert size == 64 * mib and "unknown" in why
-    size, why = cl.stream_array_bytes(1024 * mib, 8 * 1024 * mib)  # RAM-capped
+    size, why = ck.stream_array_bytes(1024 * mib, 8 * 1024 * mib)  # RAM-capped
     assert size == 8 * 1024 * mib // 12 and "capped" in why
-    assert cl.stream_array_bytes(32 * mib, None, quick=True)[0] == 4 * mib
+    assert ck.stream_array_bytes(32 * mib, None, quick=True)[0] == 4 * mib
 
 
 def test_precision_support():
@@ -336,7 +337,7 @@ def test_cuda_quick_ceilings_below_datasheet():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU")
 def test_cuda_fp32_gemm_runs_with_tf32_off():
     torch.backends.cuda.matmul.allow_tf32 = True
-    res = cl.bench_gemm("cuda", "fp32", 1024, warmup=1, reps=2, min_reps=1)
+    res = ck.bench_gemm("cuda", "fp32", 1024, warmup=1, reps=2, min_reps=1)
     assert res["flops_median"] > 0
     assert torch.backends.cuda.matmul.allow_tf32 is True  # restored afterwards
 

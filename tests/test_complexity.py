@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dnnroofline import complexity as cx
 from dnnroofline.errors import InputError
+from dnnroofline.flop_count import FlopCount, count_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "complexity.py"
@@ -32,11 +33,11 @@ torch.set_num_threads(2)
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script:FutureWarning")
 
 
-def fwd(count: cx.FlopCount, kind: str) -> int:
+def fwd(count: FlopCount, kind: str) -> int:
     return count.by_layer_type[kind]["forward"]
 
 
-def bwd(count: cx.FlopCount, kind: str) -> int:
+def bwd(count: FlopCount, kind: str) -> int:
     return count.by_layer_type[kind]["backward"]
 
 
@@ -63,20 +64,20 @@ def test_conv_forward_and_backward_match_hand_formula(c_in, c_out, k, stride, gr
     h_out = (h + 2 * (k // 2) - k) // stride + 1
     expected = conv_flops(n, c_in, c_out, h_out, h_out, k, groups)
 
-    count = cx.count_flops(conv, torch.randn(n, c_in, h, h))
+    count = count_flops(conv, torch.randn(n, c_in, h, h))
     assert set(count.by_layer_type) == {kind}
     assert fwd(count, kind) == expected
     # the image needs no gradient: only the weight gradient (2 * MACs) is computed
     assert bwd(count, kind) == expected
 
-    count = cx.count_flops(conv, torch.randn(n, c_in, h, h, requires_grad=True))
+    count = count_flops(conv, torch.randn(n, c_in, h, h, requires_grad=True))
     assert bwd(count, kind) == 2 * expected  # grad wrt input + grad wrt weight
 
 
 def test_conv_bias_adds_are_counted():
     n, c_in, c_out, h = 2, 4, 6, 7
     conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=True)
-    count = cx.count_flops(conv, torch.randn(n, c_in, h, h, requires_grad=True))
+    count = count_flops(conv, torch.randn(n, c_in, h, h, requires_grad=True))
     macs2 = conv_flops(n, c_in, c_out, h, h, 3, 1)
     outputs = n * c_out * h * h
     assert fwd(count, "conv") == macs2 + outputs
@@ -86,10 +87,10 @@ def test_conv_bias_adds_are_counted():
 def test_linear_matches_hand_formula():
     n, f_in, f_out = 4, 20, 30
     lin = nn.Linear(f_in, f_out)
-    count = cx.count_flops(lin, torch.randn(n, f_in))
+    count = count_flops(lin, torch.randn(n, f_in))
     assert fwd(count, "linear") == 2 * n * f_in * f_out + n * f_out
     assert bwd(count, "linear") == 2 * n * f_in * f_out + n * f_out  # grad W, grad b
-    count = cx.count_flops(nn.Linear(f_in, f_out, bias=False), torch.randn(n, f_in))
+    count = count_flops(nn.Linear(f_in, f_out, bias=False), torch.randn(n, f_in))
     assert fwd(count, "linear") == 2 * n * f_in * f_out
 
 
@@ -97,10 +98,10 @@ def test_batchnorm_train_and_eval():
     bn = nn.BatchNorm2d(8)
     x = torch.randn(4, 8, 5, 5)
     elements = x.numel()
-    count = cx.count_flops(bn.train(), x)
+    count = count_flops(bn.train(), x)
     assert count.by_layer_type == {"batchnorm": {"forward": 5 * elements, "backward": 9 * elements}}
     assert bn.training
-    count = cx.count_flops(bn.eval(), x)
+    count = count_flops(bn.eval(), x)
     assert fwd(count, "batchnorm") == 2 * elements
     assert not bn.training  # mode restored
     assert int(bn.num_batches_tracked) == 0  # buffers restored after the traced forward
@@ -123,7 +124,7 @@ class _Block(nn.Module):
 def test_activation_elementwise_and_pool_rules():
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     e = x.numel()
-    count = cx.count_flops(_Block(), x)
+    count = count_flops(_Block(), x)
     assert count.by_layer_type["activation"] == {"forward": 3 * e, "backward": 3 * e}
     assert count.by_layer_type["elementwise"] == {"forward": e, "backward": e}
     pooled = e // 4
@@ -145,7 +146,7 @@ def test_attention_is_counted_as_matmul_and_softmax():
         def forward(self, x):
             return self.mha(x, x, x, need_weights=False)[0]
 
-    count = cx.count_flops(SelfAttention().train(), torch.randn(n, seq, dim))
+    count = count_flops(SelfAttention().train(), torch.randn(n, seq, dim))
     assert fwd(count, "matmul") == 2 * (2 * n * seq * seq * dim)  # QK^T and PV
     assert fwd(count, "softmax") == 5 * n * heads * seq * seq
     assert bwd(count, "matmul") == 2 * fwd(count, "matmul")
@@ -164,11 +165,11 @@ class _Einsum(nn.Module):
 
 def test_einsum_is_counted_as_matmul():
     b, i, j, k = 2, 5, 6, 7
-    count = cx.count_flops(_Einsum(j, k), torch.randn(b, i, j))
+    count = count_flops(_Einsum(j, k), torch.randn(b, i, j))
     assert count.by_layer_type == {
         "matmul": {"forward": 2 * b * i * j * k, "backward": 2 * b * i * j * k}
     }
-    count = cx.count_flops(_Einsum(j, k), torch.randn(b, i, j, requires_grad=True))
+    count = count_flops(_Einsum(j, k), torch.randn(b, i, j, requires_grad=True))
     assert bwd(count, "matmul") == 4 * b * i * j * k
 
 
@@ -232,7 +233,7 @@ def test_conv_linear_match_torch_flop_counter_forward_and_backward():
     """An independent count (torch.utils.flop_counter, conv + mm, no bias) of a real step."""
     model = torchvision.models.resnet18(weights=None).train()
     x = torch.randn(2, 3, 64, 64)
-    count = cx.count_flops(model, x)
+    count = count_flops(model, x)
     ours = count.total(*MATMUL_TYPES, prefix=True)
     with FlopCounterMode(display=False) as forward_counter:
         out = model(x)
@@ -248,7 +249,7 @@ def test_scaling_with_batch_matches_a_real_trace():
     model = torchvision.models.resnet18(weights=None)
     result = cx.complexity_of_model(model, batch_size=4, image_size=32, arch="resnet18")
     assert result["probe_batch"] == 2  # 1x1 maps in layer4: train-mode BN needs 2
-    direct = cx.count_flops(model.train(), torch.randn(4, 3, 32, 32))
+    direct = count_flops(model.train(), torch.randn(4, 3, 32, 32))
     assert result["flops"]["by_layer_type"] == direct.by_layer_type
     saved = cx.measure_saved_tensors(model, torch.randn(4, 3, 32, 32))
     assert result["bytes"]["activations"] == saved.total_bytes

@@ -79,6 +79,16 @@ def test_cli_writes_contract_keys(env_info):
     assert info["date"][19] in "+-Z"
 
 
+def test_cli_records_installed_package_versions(env_info):
+    # the report compares them with requirements.lock: metadata versions, not __version__
+    from importlib import metadata
+
+    packages = env_info[0]["packages"]
+    assert packages["torch"] == metadata.version("torch")
+    assert packages["PyYAML"] == metadata.version("pyyaml")
+    assert len(packages) >= 20
+
+
 def test_cli_device_is_cpu_without_accelerator(env_info):
     if HAS_CUDA or HAS_MPS:
         pytest.skip("this machine has an accelerator")

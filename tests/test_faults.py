@@ -239,6 +239,7 @@ BAD_CONFIGS = {
         _bad(_set("envs.mac", {"device": "mps", "nproc": 2})),
         ["envs.mac.nproc: 2 on device mps", "one device per process"],
     ),
+    "zero_trace_steps": (_bad(_set("traces.steps", 0)), ["traces.steps", "value 0"]),
     "unknown_measure_env": (
         _bad(_set("measure_envs", ["lokal"])),
         ["measure_envs", "'lokal'", "'local'"],
@@ -292,6 +293,8 @@ FLEET = {
     "measure_envs": ["local", "wide"],
     "study": dict(STUDY, models=["resnet18", "alexnet"], batch_sizes=[2, 4], runs=1),
     "ceilings": {"quick": True},
+    # no traces: they would run the HUGE batches outside step 1's memory limit
+    "traces": {"enabled": False},
 }
 LAB_RUNS = ["lab_box_alexnet_fp32_bs2_run1", "lab_box_resnet18_fp32_bs2_run1"]
 
@@ -433,6 +436,13 @@ def test_results_from_another_machine_merge_in_untouched(fleet):
     lab_info = json.loads((results / "lab_box" / "env_info.json").read_text())
     repro = (results / "report_sections" / "reproducibility.html").read_text()
     assert "lab_box" in repro and lab_info["cpu_model"] in repro
+    # each env's installed versions are checked against requirements.lock
+    assert "Installed versions against the lock" in repro
+    assert re.search(
+        r"Env <b>local</b>: ((Python [\d.]+ and )?all \d+ locked packages it has match"
+        r"|\d+ versions? differs? from the lock)",
+        repro,
+    )
     for section in ("design", "measurement", "roofline"):
         assert "lab_box" in (results / "report_sections" / f"{section}.html").read_text()
     # Nothing left to do afterwards.

@@ -212,7 +212,8 @@ def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
 def test_report_flags_throttled_runs_and_shows_both_flop_rates():
     import pandas as pd
 
-    from dnnroofline import analysis as an
+    from dnnroofline.report.measurement import gpu_clocks_html
+    from dnnroofline.report.roofline import roofline_section
 
     capped = summarize(
         [{"sm_mhz": 1755, "mem_mhz": 2619, "power_w": 700.0, "reasons": POWER_CAP}] * 3,
@@ -227,12 +228,12 @@ def test_report_flags_throttled_runs_and_shows_both_flop_rates():
                                                                   "reason": "NVML: no GPU"}},
         {"run_id": "local_resnet18_fp32_bs8_run1", "gpu_telemetry": None},
     ]  # fmt: skip
-    html = an.gpu_clocks_html(runs)
+    html = gpu_clocks_html(runs)
     assert "1 throttled run(s): gpu_resnet50_amp_bs64_run1." in html
     assert "THROTTLED (sw_power_cap, 100.0% of samples)" in html
     assert "1,755 / 1980" in html and "not throttled" in html and "NVML: no GPU" in html
     assert "local_resnet18" not in html
-    assert an.gpu_clocks_html([{"run_id": "x"}]) == ""
+    assert gpu_clocks_html([{"run_id": "x"}]) == ""
     points = pd.DataFrame(
         [
             {
@@ -247,7 +248,7 @@ def test_report_flags_throttled_runs_and_shows_both_flop_rates():
             }
         ]
     )  # fmt: skip
-    page = an.roofline_section([], points)
+    page = roofline_section([], points)
     assert "executed GFLOP/s (ncu)" in page and "useful GFLOP/s (analytic)" in page
     assert "<td class=num>18,000</td><td class=num>16,000</td>" in page
     assert "ncu untrusted_counters: the counter self-test failed for amp" in page

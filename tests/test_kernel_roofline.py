@@ -22,16 +22,14 @@ from dnnroofline.kernel_plots import plot_hierarchical, plot_kernels
 from dnnroofline.kernel_roofline import (
     AREA_PER_SHARE,
     MIN_AREA,
-    comparison_page,
-    comparison_rows,
     env_roofs,
     hierarchical_point,
     kernel_path,
     kernel_points,
-    key_ncu_files,
     step_time,
 )
 from dnnroofline.ncu import empty_result, parse_ncu_csv
+from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"

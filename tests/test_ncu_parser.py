@@ -15,13 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import (
-    parse_ncu_csv,
-    parse_ncu_text,
-    parse_number,
-    select_tensor_counters,
-    unit_scale,
-)
+from dnnroofline.ncu import parse_ncu_csv, parse_ncu_text
+from dnnroofline.ncu_metrics import parse_number, select_tensor_counters, unit_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import is_roofline_metric, parse_ncu_csv
+from dnnroofline.ncu import parse_ncu_csv
+from dnnroofline.ncu_metrics import is_roofline_metric
 from dnnroofline.ncu_profile import (
     BASE_METRICS,
     STEP_METRICS,

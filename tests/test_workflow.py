@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from workflow_helpers import BIN, ROOT, TINY, snakemake, write_config
+from workflow_helpers import BIN, CIFAR, ROOT, TINY, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -58,8 +58,8 @@ def test_single_plot_target_builds_only_what_it_needs(tmp_path):
     out = snakemake(tmp_path, "-n", "--cores", "2", "results/plots/roofline_local.png").stdout
     counts = job_counts(out)
     assert counts["plot_roofline_env"] == 1
-    assert counts["train"] == 3 * 2 * 2
-    for unneeded in ("report_sections", "plot_throughput", "plot_roofline_all", "all"):
+    assert counts["train"] == 4 * 2 * 2
+    for unneeded in ("report_sections", "plot_throughput", "plot_roofline_all", "all", "trace"):
         assert unneeded not in counts
 
 
@@ -85,11 +85,11 @@ def read_csv(path):
 def test_tiny_study_end_to_end(tiny_study):
     results = tiny_study / "results"
     metrics = read_csv(results / "metrics.csv")
-    assert len(metrics) == 3 * 2 * 2
+    assert len(metrics) == 4 * 2 * 2
     assert {row["status"] for row in metrics} == {"ok"}
     assert all(float(row["images_per_s"]) > 0 for row in metrics)
     points = read_csv(results / "roofline_points.csv")
-    assert len(points) == 3 * 2
+    assert len(points) == 4 * 2
     for p in points:
         assert p["ai_source"] == "analytic"
         assert p["bound"] in ("memory", "compute")
@@ -100,21 +100,67 @@ def test_tiny_study_end_to_end(tiny_study):
         assert (results / "plots" / f"{name}.svg").stat().st_size > 1000
     report = (results / "report.html").read_text(errors="replace")
     assert len(report) > 100_000
-    for section in ("design", "complexity", "measurement", "roofline", "analysis"):
+    for section in ("design", "complexity", "measurement", "roofline", "analysis", "traces"):
         assert f"{section}.html" in report
+    # what the study itself cost: the benchmark: files of the jobs, then the timed runs
+    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 4 * 2
+    assert (results / "local" / "benchmarks" / "ceilings.tsv").is_file()
+    cost = (results / "report_sections" / "reproducibility.html").read_text()
+    cost = cost.split("What the study itself cost")[1]
+    for stage, jobs in (("ceilings", 1), ("complexity", 8), ("traces", 8), ("timed runs", 16)):
+        assert re.search(rf"<td[^>]*>{stage}</td>\s*<td[^>]*>{jobs}</td>", cost), stage
+
+
+def test_rules_take_named_functions_not_lambdas():
+    # the workflow catalog's style: per-job values come from named functions in common.smk
+    for smk in sorted((ROOT / "rules").glob("*.smk")) + [ROOT / "Snakefile"]:
+        for number, line in enumerate(smk.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            assert not re.search(r"\blambda\b", code), f"{smk.name}:{number}: {line.strip()}"
+
+
+def test_factory_model_goes_through_every_stage(tiny_study):
+    """The CIFAR example (a user's module:callable) through complexity, timed runs, the
+    roofline, traces and the report (ncu needs a GPU: tests/test_ncu_profile.py)."""
+    results = tiny_study / "results"
+    model = CIFAR["name"]
+    for batch in (2, 4):
+        cx = json.loads((results / "complexity" / f"{model}_bs{batch}.json").read_text())
+        assert cx["arch"] == model and cx["num_classes"] == 10 and cx["image_size"] == 32
+        assert cx["flops"]["train_step"] > 0
+        for n in (1, 2):
+            run = json.loads(
+                (results / "local/runs" / f"local_{model}_fp32_bs{batch}_run{n}.json").read_text()
+            )
+            assert run["status"] == "ok", run["message"]
+            assert run["config"]["model_factory"] == CIFAR["factory"]
+            assert run["config"]["num_classes"] == 10 and run["config"]["image_size"] == 32
+        table = json.loads(
+            (results / "local/traces" / f"local_{model}_fp32_bs{batch}.ops.json").read_text()
+        )
+        assert table["status"] == "ok" and table["config"]["model_factory"] == CIFAR["factory"]
+        assert table["table"]["ops"][0]["share_of_step"] > 0
+    points = [p for p in read_csv(results / "roofline_points.csv") if p["model"] == model]
+    assert len(points) == 2 and all(float(p["attained_flops"]) > 0 for p in points)
+    for section in ("complexity", "measurement", "roofline"):
+        assert model in (results / "report_sections" / f"{section}.html").read_text()
+    assert f"local · {model} · fp32 · bs 4" in (results / "report_sections/traces.html").read_text()
 
 
 def test_measurements_never_overlap_and_use_declared_threads(tiny_study):
     results = tiny_study / "results" / "local"
     spans = []
-    for path in sorted((results / "runs").glob("*.json")):
+    # timed runs and traces: both hold the measurement slot
+    for path in sorted((results / "runs").glob("*.json")) + sorted(
+        (results / "traces").glob("*.ops.json")
+    ):
         run = json.loads(path.read_text())
         assert run["config"]["threads"] == TINY["envs"]["local"]["threads"], path.name
         spans.append((run["start_time"], run["end_time"], path.name))
     ceilings = json.loads((results / "ceilings.json").read_text())
     spans.append((ceilings["start_time"], ceilings["end_time"], "ceilings"))
     spans.sort()
-    assert len(spans) == 13
+    assert len(spans) == 4 * 2 * 2 + 4 * 2 + 1
     for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
         assert end <= start, f"{a} overlaps {b}"
 
@@ -131,8 +177,9 @@ def test_rerun_does_only_new_work(tiny_study, tmp_path):
     counts = job_counts(
         snakemake(tiny_study, "-n", "--cores", "2", "--configfile", str(extra)).stdout
     )
-    assert counts["train"] == 3 * 2
-    assert counts["complexity"] == 3
+    assert counts["train"] == 4 * 2
+    assert counts["complexity"] == 4
+    assert counts["trace"] == 4
     assert "ceilings" not in counts and "env_info" not in counts
 
 
@@ -148,6 +195,9 @@ def test_cpu_envs_example_plans_eager_compiled_and_data_parallel(tmp_path):
     for env in ("cpu", "cpu_compiled", "cpu_ddp"):
         for model in ("resnet18", "mobilenet_v2"):
             assert f"results/{env}/runs/{env}_{model}_fp32_bs8_run2.json" in out
+    # a trace profiles one process: the data-parallel env has none
+    assert "results/cpu/traces/cpu_resnet18_fp32_bs8.json" in out
+    assert "results/cpu_ddp/traces/" not in out
     ddp = [c for c in out.split("\n") if "run_train.py" in c and "--env cpu_ddp" in c]
     assert ddp and all("--nproc 2" in c and "--expect-threads 1" in c for c in ddp)
     assert all("--compile default --channels-last" in c for c in out.split("\n")

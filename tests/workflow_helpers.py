@@ -12,11 +12,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# The default study's models at a small image size, a few iterations and 2 repeats.
+# A user's model factory (the shipped CIFAR example at its own size and class count):
+# in the tiny study, so that every stage runs for it too.
+CIFAR = {
+    "name": "cifar_resnet18",
+    "factory": "examples.models.cifar_resnet:resnet18",
+    "image_size": 32,
+    "num_classes": 10,
+}
+# The default study's models at a small image size, a few iterations and 2 repeats,
+# plus the CIFAR factory model; traces at their default (on).
 TINY = {
     "envs": {"local": {"device": "auto", "threads": 1}},
     "study": {
-        "models": ["resnet18", "mobilenet_v2", "resnet50"],
+        "models": ["resnet18", "mobilenet_v2", "resnet50", CIFAR],
         "precisions": ["fp32"],
         "batch_sizes": [2, 4],
         "runs": 2,

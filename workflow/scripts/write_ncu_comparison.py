@@ -20,7 +20,7 @@ from pathlib import Path
 from dnnroofline.aggregate import key_complexity
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_text_atomic
-from dnnroofline.kernel_roofline import comparison_page, comparison_rows, key_ncu_files
+from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
 
 
 def main(argv: list[str] | None = None) -> int:

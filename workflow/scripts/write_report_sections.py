@@ -5,7 +5,8 @@
         --metrics results/metrics.csv --points results/roofline_points.csv \\
         --complexity results/complexity/*.json --ceilings results/*/ceilings.json \\
         --env-info results/*/env_info.json [--expected-runs runs.json] \\
-        [--runs results/*/runs/*.json] --outdir results/report_sections
+        [--runs results/*/runs/*.json] [--lock requirements.lock] \\
+        --outdir results/report_sections
 
 Writes design.html, complexity.html, measurement.html, roofline.html,
 analysis.html and reproducibility.html into ``--outdir``, each atomically.
@@ -13,7 +14,9 @@ analysis.html and reproducibility.html into ``--outdir``, each atomically.
 ``--expected-runs`` is a JSON list of run ids, or of objects with ``run_id``
 (and ``env``, ``model``, ``precision``, ``batch_size``, ``run``); without it the
 expected runs are derived from the config. ``--runs`` (the run JSONs) adds the
-per-step time distribution of every run to the measurement section.
+per-step time distribution of every run to the measurement section. ``--lock``
+(the hashed lock file) makes the reproducibility section compare each env's
+installed package versions (env_info.json ``packages``) with it.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dnnroofline.analysis import SECTION_FILES, all_sections  # noqa: E402
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import write_text_atomic  # noqa: E402
+from dnnroofline.lockfile import parse_lock  # noqa: E402
+from dnnroofline.report import SECTION_FILES, all_sections  # noqa: E402
+from dnnroofline.study_cost import read_benchmark  # noqa: E402
 
 
 def _load_config(path: str) -> dict:
@@ -92,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-info", nargs="*", default=[], help="results/*/env_info.json")
     ap.add_argument("--expected-runs", help="JSON list of expected run ids (optional)")
     ap.add_argument("--runs", nargs="*", default=[], help="results/*/runs/*.json (optional)")
+    ap.add_argument(
+        "--benchmarks", nargs="*", default=[], help="Snakemake benchmark TSVs (optional)"
+    )
+    ap.add_argument("--lock", help="requirements.lock: compare installed versions with it")
     ap.add_argument("--outdir", required=True, help="folder for the six HTML files")
     args = ap.parse_args(argv)
 
@@ -103,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         ceilings = _by_env(args.ceilings, "--ceilings")
         env_infos = _by_env(args.env_info, "--env-info")
         runs = [_load_json(p, "--runs") for p in args.runs]
+        benchmarks = [read_benchmark(p) for p in args.benchmarks]
+        lock = None
+        if args.lock:
+            try:
+                lock_text = Path(args.lock).read_text()
+            except OSError as exc:
+                raise InputError(f"--lock: cannot read {args.lock}: {exc}") from exc
+            lock = parse_lock(lock_text, args.lock)
         expected = None
         if args.expected_runs:
             expected = _load_json(args.expected_runs, "--expected-runs")
@@ -124,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         expected_runs=expected,
         config_path=None if args.config.endswith(".json") else args.config,
         runs=[r for r in runs if isinstance(r, dict)],
+        benchmarks=benchmarks,
+        lock=lock,
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

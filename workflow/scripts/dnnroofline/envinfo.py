@@ -410,6 +410,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def installed_packages() -> dict[str, str]:
+    """``{distribution name: version}`` of every package this interpreter sees: the
+    report compares them with the lock (dnnroofline.lockfile)."""
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and name not in found:  # the first on sys.path is the one imported
+            found[name] = dist.version
+    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
+
+
 def _cudnn_version() -> str | None:
     import torch
 
@@ -482,6 +495,7 @@ def collect_fingerprint(env: str, device: str = "auto") -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
+        "packages": installed_packages(),
         "cuda": torch.version.cuda,
         "cuda_available": "cuda" in avail,
         "cudnn": _cudnn_version(),

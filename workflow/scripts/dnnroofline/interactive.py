@@ -40,8 +40,8 @@ import pandas as pd
 
 from dnnroofline import roofline
 from dnnroofline.aggregate import plottable_points
-from dnnroofline.analysis import short_lever as lever
 from dnnroofline.errors import InputError
+from dnnroofline.report.compare import short_lever as lever
 
 WIDTH = 720
 HEIGHT = 440

@@ -1,5 +1,5 @@
 """What one ncu capture says beyond its DRAM point: the hierarchical roofline, the
-per-kernel roofline, and the analytic-vs-ncu comparison page.
+per-kernel roofline.
 
 Pure logic: parsed ncu JSONs, complexity JSONs, ceilings and the roofline points
 table in; numbers and HTML out (plots are drawn by :mod:`dnnroofline.kernel_plots`).
@@ -33,26 +33,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import product
 from typing import Any
 
 import pandas as pd
 
-from dnnroofline import roofline, traffic
-from dnnroofline.aggregate import match_ncu_stems, ncu_stem
-from dnnroofline.analysis import (
-    Raw,
-    esc,
-    fmt_ai,
-    fmt_bytes,
-    fmt_gflop,
-    fmt_pct,
-    fmt_time,
-    page,
-    table,
-)
+from dnnroofline import roofline
 from dnnroofline.errors import InputError
 
 #: Memory levels, innermost first, with the ncu counter each one's bytes come from.
@@ -60,10 +47,6 @@ LEVELS = ("l1", "l2", "dram")
 LEVEL_NAMES = {"l1": "L1", "l2": "L2", "dram": "DRAM"}
 LEVEL_METRICS = {"l1": "l1tex__t_bytes.sum", "l2": "lts__t_bytes.sum", "dram": "dram__bytes.sum"}
 CACHE_LEVELS = ("l1", "l2")
-#: analytic / ncu outside this range is flagged loudly.
-RATIO_RANGE = (0.5, 2.0)
-#: |ratio - 1| up to this is "agrees".
-AGREE_TOL = 0.10
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 TENSOR_PRECISIONS = ("tf32", "amp", "bf16")
 #: Kernel FLOP classes (the path that did most of a kernel's FLOPs), in legend order.
@@ -77,10 +60,9 @@ PATH_LABELS = {
 #: Marker area (pt^2) per unit share of kernel time, and the smallest area drawn.
 AREA_PER_SHARE = 1500.0
 MIN_AREA = 6.0
-PAGE_TITLE = "Nsight Compute vs the analytic model"
 
 
-def _num(x: Any) -> float | None:
+def finite_number(x: Any) -> float | None:
     """A finite float, or None for null, NaN, booleans and non-numbers."""
     if x is None or isinstance(x, bool):
         return None
@@ -91,12 +73,12 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _pos(x: Any) -> float | None:
-    v = _num(x)
+def positive_number(x: Any) -> float | None:
+    v = finite_number(x)
     return v if v is not None and v > 0 else None
 
 
-def _get(d: Any, *keys: str) -> Any:
+def dig(d: Any, *keys: str) -> Any:
     for k in keys:
         if not isinstance(d, Mapping):
             return None
@@ -176,11 +158,11 @@ def with_ncu_memory_roofs(roofs: Roofs, ncu: Mapping) -> Roofs:
     for level, r in (ncu.get("memory_roofs") or {}).items():
         if level not in memory or not isinstance(r, Mapping):
             continue
-        value = _pos(r.get("bytes_per_s"))
+        value = positive_number(r.get("bytes_per_s"))
         if value is None:
             continue
         memory[level][NCU_DERIVED] = value
-        clock = _pos(r.get("clock_hz"))
+        clock = positive_number(r.get("clock_hz"))
         notes[f"{level}:{NCU_DERIVED}"] = (
             f"{level.upper()} roof: {' x '.join(r.get('metrics') or [])}"
             + (f" at {clock / 1e9:.3g} GHz (measured)" if clock else "")
@@ -246,7 +228,7 @@ def step_time(points: pd.DataFrame | None, env: str, model: str, precision: str,
     row = m.iloc[0]
     if int(row.get("runs_ok", 0) or 0) <= 0:
         return None
-    return _pos(row.get("step_median_s"))
+    return positive_number(row.get("step_median_s"))
 
 
 def hierarchical_point(
@@ -263,8 +245,8 @@ def hierarchical_point(
     """
     status, message = ncu_status(ncu)
     notes: list[str] = []
-    flop = _pos(_get(ncu, "totals", "flop", "total")) if status == "ok" else None
-    nbytes = {lv: _num(_get(ncu, "totals", "bytes", lv)) for lv in LEVELS}
+    flop = positive_number(dig(ncu, "totals", "flop", "total")) if status == "ok" else None
+    nbytes = {lv: finite_number(dig(ncu, "totals", "bytes", lv)) for lv in LEVELS}
     ai: dict[str, float | None] = {}
     for lv in LEVELS:
         b = nbytes[lv]
@@ -279,7 +261,7 @@ def hierarchical_point(
             ai[lv] = flop / b
     if status == "ok" and flop is None:
         notes.append("the capture has no FLOP total (no FLOP counters, or all n/a)")
-    step = _pos(step_median_s)
+    step = positive_number(step_median_s)
     if step is None:
         notes.append("no successful timed run: attained FLOP/s unknown")
     attained = flop / step if flop is not None and step is not None else None
@@ -317,7 +299,7 @@ def hierarchical_roof_at(roofs: Roofs, precision: str, level: str, ai: float) ->
 
 def kernel_path(flop: Mapping) -> str | None:
     """The path that did most of a kernel's FLOPs: tensor, fp32, fp16 or fp64."""
-    parts = {p: _num(flop.get(p)) or 0.0 for p in KERNEL_PATHS}
+    parts = {p: finite_number(flop.get(p)) or 0.0 for p in KERNEL_PATHS}
     top = max(KERNEL_PATHS, key=lambda p: parts[p])
     return top if parts[top] > 0 else None
 
@@ -378,15 +360,15 @@ def kernel_points(ncu: Mapping) -> KernelSet:
     kernels = ncu.get("kernels") or []
     if not isinstance(kernels, list):
         raise InputError("parsed ncu JSON: 'kernels' must be a list")
-    times = [_pos(k.get("time_s")) if isinstance(k, Mapping) else None for k in kernels]
+    times = [positive_number(k.get("time_s")) if isinstance(k, Mapping) else None for k in kernels]
     total = sum(t for t in times if t is not None) or None
     points, skipped = [], []
     reasons = dict.fromkeys(SKIP_REASONS, 0)
     for i, (k, t) in enumerate(zip(kernels, times, strict=True)):
         if not isinstance(k, Mapping):
             raise InputError(f"parsed ncu JSON: kernels[{i}] must be an object")
-        flop = _pos(_get(k, "flop", "total"))
-        dram = _pos(_get(k, "bytes", "dram"))
+        flop = positive_number(dig(k, "flop", "total"))
+        dram = positive_number(dig(k, "bytes", "dram"))
         share = t / total if t is not None and total else 0.0
         reason = (
             "no FLOPs"
@@ -439,477 +421,3 @@ def envelope_at(roofs: Roofs, ai: float) -> float:
 
 
 # --------------------------------------------------------------------------- analytic vs ncu
-
-
-def key_ncu_files(
-    stems: Iterable[str],
-    envs: Iterable[str],
-    models: Iterable[str],
-    batches: Iterable[int],
-    precisions: Iterable[str] = PRECISIONS,
-) -> tuple[dict[str, tuple[str, str, str, int]], list[str]]:
-    """Map ncu file stems to (env, model, precision, batch) among the known names."""
-    groups = list(product(envs, models, precisions, {int(b) for b in batches}))
-    return match_ncu_stems(stems, groups)
-
-
-def analytic_bytes(complexity: Mapping, precision: str) -> float | None:
-    """Minimum DRAM bytes per step for the precision (top-level fp32 value as fallback)."""
-    v = _pos(_get(complexity, "by_precision", precision, "min_dram_bytes_per_step"))
-    return v if v is not None else _pos(complexity.get("min_dram_bytes_per_step"))
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b is not None and b > 0 else None
-
-
-def out_of_range(ratio: float | None) -> bool:
-    return ratio is not None and not (RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1])
-
-
-def _pct_diff(ratio: float) -> str:
-    """ncu relative to analytic, in words: ``ratio`` = analytic / ncu."""
-    ncu_over = 1.0 / ratio
-    if ncu_over >= 1:
-        return f"{(ncu_over - 1) * 100:.0f}% more"
-    return f"{(1 - ncu_over) * 100:.0f}% fewer"
-
-
-def _share(x: float) -> str:
-    if 0 < x < 0.001:
-        return "under 0.1%"
-    return f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
-
-
-def explain_flops(row: Mapping) -> list[str]:
-    """Why analytic and ncu FLOPs differ for this row, from its numbers (plain text)."""
-    r = row.get("flop_ratio")
-    prec = row["precision"]
-    if r is None:
-        if row.get("ncu_flop") is None:
-            return ["ncu gave no FLOP total: no FLOP counters in the capture, or all n/a."]
-        return ["No analytic FLOP count (complexity file missing)."]
-    tensor = row.get("ncu_tensor_flop")
-    out: list[str] = []
-    if abs(r - 1) <= AGREE_TOL:
-        out.append(
-            f"ncu counted {_pct_diff(r)} FLOPs than the analytic model: they agree "
-            f"within {AGREE_TOL:.0%}."
-        )
-        return out
-    if r > 1:
-        out.append(f"ncu counted {_pct_diff(r)} FLOPs than the analytic model.")
-        if tensor is None and prec in TENSOR_PRECISIONS:
-            out.append(
-                f"{prec} runs convolutions and GEMMs on tensor cores, but this capture has no "
-                "tensor-core FLOP counters (sm__ops_path_tensor_*: totals.flop.tensor is null): "
-                "those FLOPs are missing from the ncu total. This alone can explain a large gap."
-            )
-        fwd = row.get("analytic_forward")
-        ncu = row.get("ncu_flop")
-        if fwd and ncu and abs(ncu / fwd - 1) <= 0.25:
-            out.append(
-                f"The ncu total is within 25% of the analytic forward pass alone "
-                f"({fmt_gflop(fwd)}): the capture probably misses the backward pass and the "
-                "optimizer (an NVTX push/pop filter misses the backward thread)."
-            )
-        if prec == "fp32" or tensor:
-            out.append(
-                "cuDNN may have picked Winograd or FFT convolution algorithms, which do fewer "
-                "multiplications than direct convolution (Winograd F(2x2,3x3): up to 2.25x "
-                "fewer); ncu counts what ran, the model counts direct convolution."
-            )
-        if row.get("ncu_incomplete_flop"):
-            out.append(
-                f"{row['ncu_incomplete_flop']} kernel(s) lack FLOP counters (n/a): the ncu "
-                "total is a partial sum."
-            )
-    else:
-        out.append(f"ncu counted {_pct_diff(r)} FLOPs than the analytic model.")
-        cc = row.get("ncu_cuda_core_share")
-        if cc is not None and cc >= 0.05:
-            out.append(
-                f"{_share(cc)} of ncu's FLOPs ran on CUDA cores: elementwise kernels (batch-norm "
-                "statistics, activations, loss, casts), which the model counts once or not at "
-                "all, add FLOPs."
-            )
-        elif cc is not None:
-            out.append(
-                f"Only {_share(cc)} of ncu's FLOPs ran on CUDA cores, so the extra FLOPs are in "
-                "the tensor-core GEMMs and convolutions themselves."
-            )
-        if tensor and prec in TENSOR_PRECISIONS:
-            out.append(
-                "Tensor-core counters count the padded tiles: GEMM dimensions rounded up to "
-                "tile sizes add FLOPs the model does not have."
-            )
-        out.append(
-            "Other sources: recomputation, the optimizer's implementation (the model counts 6 "
-            "FLOPs per parameter for SGD with momentum and weight decay; foreach/fused kernels "
-            + ("and amp's GradScaler unscale and inf checks " if prec == "amp" else "")
-            + "add more), and floating-point instructions used for indexing or reductions."
-        )
-    if out_of_range(r):
-        out.append(
-            f"OUT OF RANGE: analytic / ncu = {r:.2f} is outside "
-            f"[{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]; check the capture and the FLOP model "
-            "before trusting this point's AI."
-        )
-    return out
-
-
-def explain_ai_range(row: Mapping) -> list[str]:
-    """The ncu AI against the analytic AI range (per-layer model without cache .. minimum)."""
-    ai, lo, hi = row.get("ncu_ai"), row.get("analytic_ai_low"), row.get("analytic_ai_high")
-    if not (ai and lo and hi):
-        return []
-    where = traffic.position(ai, min(lo, hi), hi)
-    text = (
-        f"ncu AI {ai:.3g} FLOP/B against the analytic range {lo:.3g} – {hi:.3g} FLOP/B "
-        "(train-step FLOPs over the per-layer traffic model with no cache, and over the "
-        f"minimum bytes): {where}."
-    )
-    if where == "below":
-        text += (
-            " ncu saw more traffic than the per-layer model allows: kernels that re-read their "
-            "operands (implicit-GEMM convolutions tiling over a large input), workspaces, "
-            "and caches flushed before each replayed kernel."
-        )
-    elif where == "above":
-        text += " ncu saw less traffic than the minimum: a partial capture (backward missing?)."
-    return [text]
-
-
-def explain_bytes(row: Mapping) -> list[str]:
-    """Why the analytic minimum and ncu DRAM bytes differ, from the numbers."""
-    r = row.get("bytes_ratio")
-    if r is None:
-        if row.get("ncu_dram") is None:
-            return ["ncu gave no DRAM bytes (dram__bytes counters missing or n/a)."]
-        return ["No analytic byte count (complexity file missing)."]
-    out = []
-    if r <= 1:
-        out.append(
-            f"ncu moved {1 / r:.2f}x the analytic minimum, which is a lower bound (each "
-            "parameter, gradient, momentum and activation moved once). Activations re-read by "
-            "several kernels (forward, input and weight gradients), cuDNN workspaces and layout "
-            "transforms add traffic; and ncu flushes the caches before each replayed kernel "
-            "(--cache-control all), so no kernel finds its input in L2 as it may in the real run."
-        )
-    else:
-        out.append(
-            f"ncu counted {1 / r:.2f}x the analytic minimum, less than the lower bound. Writes "
-            "still in L2 when a kernel ends are written back outside its measurement; kernels "
-            "missing from the capture (the backward pass?) and kernels without DRAM counters "
-            "also lower the total."
-        )
-        if row.get("ncu_incomplete_dram"):
-            out.append(
-                f"{row['ncu_incomplete_dram']} kernel(s) lack DRAM counters (n/a): the ncu total "
-                "is a partial sum."
-            )
-    if out_of_range(r):
-        if r < RATIO_RANGE[0]:
-            out.append(
-                f"Outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]: for bytes this is common (the "
-                "analytic value is a lower bound), but it means the analytic AI overstates the "
-                "real one by that factor."
-            )
-        else:
-            out.append(
-                "OUT OF RANGE: ncu counted less than half the analytic lower bound; check the "
-                "capture (missing kernels or counters)."
-            )
-    return out
-
-
-def comparison_rows(
-    ncu_docs: Mapping[tuple[str, str, str, int], Mapping],
-    complexity: Mapping[tuple[str, int], Mapping],
-    ncu_sources: Mapping[tuple[str, str, str, int], str] | None = None,
-) -> list[dict]:
-    """One row per ncu capture: analytic vs ncu FLOPs and DRAM bytes, ratios analytic/ncu."""
-    ncu_sources = ncu_sources or {}
-    rows = []
-    for key in sorted(ncu_docs, key=lambda k: (k[0], k[1], k[2], int(k[3]))):
-        env, model, precision, batch = key
-        stem = ncu_stem(env, model, precision, int(batch))
-        doc = ncu_docs[key]
-        status, message = ncu_status(doc)
-        comp = complexity.get((model, int(batch)))
-        ok = status == "ok"
-        totals = doc.get("totals") or {}
-        flop = _pos(_get(totals, "flop", "total")) if ok else None
-        dram = _pos(_get(totals, "bytes", "dram")) if ok else None
-        tensor = _num(_get(totals, "flop", "tensor")) if ok else None
-        cuda_core = [_num(_get(totals, "flop", p)) for p in ("fp64", "fp32", "fp16")]
-        cc_sum = sum(v for v in cuda_core if v is not None)
-        a_flop = _pos(_get(comp, "flops", "train_step")) if comp else None
-        a_bytes = analytic_bytes(comp, precision) if comp else None
-        incomplete = totals.get("incomplete") or {}
-        kset = kernel_points(doc) if ok else None
-        row = {
-            "env": env,
-            "model": model,
-            "precision": precision,
-            "batch_size": int(batch),
-            "source": ncu_sources.get(key, f"results/{env}/ncu/{stem}.json"),
-            "status": status,
-            "message": message,
-            "complexity": comp is not None,
-            "analytic_flop": a_flop,
-            "analytic_forward": _pos(_get(comp, "flops", "forward")) if comp else None,
-            "ncu_flop": flop,
-            "ncu_tensor_flop": tensor,
-            "ncu_cuda_core_share": (cc_sum / flop) if flop and ok else None,
-            "flop_ratio": _ratio(a_flop, flop),
-            "analytic_bytes": a_bytes,
-            "ncu_dram": dram,
-            "bytes_ratio": _ratio(a_bytes, dram),
-            "ncu_kernels": int(totals.get("kernels") or 0) if ok else 0,
-            "ncu_kernel_time_s": _pos(totals.get("time_s")) if ok else None,
-            "kernels_plotted": len(kset.points) if kset else 0,
-            "kernels_skipped": len(kset.skipped) if kset else 0,
-            "ncu_incomplete_flop": incomplete.get("flop.total"),
-            "ncu_incomplete_dram": incomplete.get("bytes.dram"),
-            "warnings": [str(w) for w in (doc.get("warnings") or [])] if ok else [],
-        }
-        a_traffic = _pos(_get(comp, "by_precision", precision, "traffic_bytes_no_cache"))
-        row["analytic_ai_low"] = a_flop / a_traffic if a_flop and a_traffic else None
-        row["analytic_ai_high"] = a_flop / a_bytes if a_flop and a_bytes else None
-        row["ncu_ai"] = flop / dram if flop and dram else None
-        if ok:
-            row["flop_explanation"] = explain_flops(row)
-            row["bytes_explanation"] = explain_bytes(row) + explain_ai_range(row)
-        else:
-            row["flop_explanation"] = [
-                f"ncu capture {status}: {message or 'no message'}; no counts to compare."
-            ]
-            row["bytes_explanation"] = []
-        if comp is None:
-            row["flop_explanation"].append(
-                f"No complexity file for {model} at batch {batch} "
-                f"(results/complexity/{model}_bs{batch}.json)."
-            )
-        row["flop_flag"] = out_of_range(row["flop_ratio"])
-        row["bytes_flag"] = out_of_range(row["bytes_ratio"])
-        rows.append(row)
-    return rows
-
-
-def _ratio_cell(r: float | None) -> Raw:
-    if r is None:
-        return Raw("–")
-    text = f"{r:.2f}"
-    if out_of_range(r):
-        return Raw(f'<span class="bad">{esc(text)} ⚠</span>')
-    return Raw(esc(text))
-
-
-def _label(r: Mapping) -> str:
-    return f"{r['env']} {r['model']} {r['precision']} bs{r['batch_size']}"
-
-
-NO_NCU_HTML = (
-    "<p><strong>No Nsight Compute data in this study.</strong> Every env here is a CPU (or "
-    "MPS) machine, or its ncu captures were not copied in, so every roofline point uses the "
-    "analytic FLOPs and minimum bytes (<code>ai_source = analytic</code>) and there is no "
-    "measured count to check them against.</p>\n"
-    "<p>To get it: add an env with <code>device: cuda</code> (or <code>auto</code>) and run "
-    "the study on a machine with an NVIDIA GPU (compute capability 7.0 or newer) and Nsight "
-    "Compute installed (<code>ncu</code> on PATH, or <code>ncu: {executable: /path/to/ncu}</code> "
-    "in the config); the <code>ncu</code> rule then profiles one whole training step per "
-    "configuration into <code>results/{env}/ncu/</code>. ncu needs permission to read the GPU "
-    "counters (root, CAP_SYS_ADMIN, or <code>NVreg_RestrictProfilingToAdminUsers=0</code>). "
-    "Captures made on another machine count too: copy its <code>results/{env}/</code> folder "
-    "(with <code>ceilings.json</code> and <code>ncu/*.json</code>) here and rerun.</p>"
-)
-
-
-def selftest_html(selftests: Mapping[str, Mapping]) -> str:
-    """The counter self-test of each env: every known kernel and the verdict per precision."""
-    if not selftests:
-        return ""
-    parts = [
-        "<h2>Counter self-test</h2><p>Before the study's captures, the ncu stage profiles "
-        "kernels whose answer is known, with the same metrics and the same two passes: a "
-        "GEMM per precision (2·M·N·K FLOPs; fp32 with TF32 off on CUDA cores, the others on "
-        "tensor cores) and a device copy (DRAM bytes = read + written). Within ±2% (FLOPs) "
-        "and ±10% (DRAM bytes) a precision's counters are trusted; otherwise its points use "
-        "the analytic AI.</p>"
-    ]
-    for env in sorted(selftests):
-        doc = selftests[env]
-        rows, classes = [], []
-        for c in doc.get("cases") or []:
-            rel = c.get("rel_error")
-            rows.append(
-                [
-                    c.get("case"),
-                    f"{c.get('quantity')} ({c.get('pass')} pass)",
-                    f"{c['expected']:.6g}" if c.get("expected") is not None else "–",
-                    f"{c['measured']:.6g}" if c.get("measured") is not None else "–",
-                    f"{rel:+.2%}" if rel is not None else "–",
-                    f"±{c.get('tolerance', 0):.0%}",
-                    "ok"
-                    if c.get("ok")
-                    else Raw(f"<span class=bad>FAILED</span> {esc(c.get('reason'))}"),
-                ]
-            )
-            classes.append(None if c.get("ok") else "flag")
-        parts.append(
-            table(
-                ["case", "counter", "expected", "ncu", "error", "tolerance", "verdict"],
-                rows,
-                num_cols=[2, 3, 4],
-                caption=f"{env}: known kernels",
-                row_classes=classes,
-            )
-        )
-        verdicts = doc.get("verdicts") or {}
-        items = [
-            f"<strong>{esc(p)}</strong>: "
-            + (
-                "counters trusted"
-                if v.get("trusted")
-                else f"<span class=bad>not trusted</span>, analytic AI ({esc(v.get('reason'))})"
-            )
-            for p, v in sorted(verdicts.items())
-        ]
-        parts.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
-    return "\n".join(parts)
-
-
-def comparison_page(
-    rows: Sequence[Mapping],
-    unmatched: Sequence[str] = (),
-    selftests: Mapping[str, Mapping] | None = None,
-) -> str:
-    """The report page: the counter self-test, then a table and a generated explanation
-    per capture."""
-    parts = [
-        "<p>Per ncu capture of one training step: the analytic train-step FLOPs "
-        "(<code>flops.train_step</code> of the complexity file: forward, backward and "
-        f"optimizer, FMA = 2 FLOPs) against ncu's FLOP total, and the analytic minimum DRAM "
-        "bytes against ncu's DRAM bytes. Each ratio is <strong>analytic / ncu</strong>; one "
-        f"outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}] is flagged ⚠. The explanations are "
-        "generated from each row's numbers.</p>"
-    ]
-    if unmatched:
-        parts.append(
-            '<div class="warn">ncu files that match no configured (env, model, precision, '
-            "batch) and are left out: "
-            + ", ".join(f"<code>{esc(s)}</code>" for s in unmatched)
-            + "</div>"
-        )
-    parts.append(selftest_html(selftests or {}))
-    if not rows:
-        parts.append(NO_NCU_HTML)
-        return page(PAGE_TITLE, "\n".join(parts))
-    ok = [r for r in rows if r["status"] == "ok"]
-    bad_status = [r for r in rows if r["status"] != "ok"]
-    flop_flags = [r for r in ok if r["flop_flag"]]
-    byte_flags = [r for r in ok if r["bytes_flag"]]
-    if flop_flags:
-        parts.append(
-            '<div class="alert"><strong>⚠ FLOP counts disagree by more than 2x</strong> '
-            f"(analytic / ncu outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]) for "
-            + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({r['flop_ratio']:.2f})" for r in flop_flags
-            )
-            + ". The AI and attained FLOP/s of these points are only as good as whichever "
-            "count is right: read the explanation below.</div>"
-        )
-    if byte_flags:
-        parts.append(
-            '<div class="warn"><strong>⚠ DRAM bytes differ by more than 2x</strong> for '
-            + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({r['bytes_ratio']:.2f})" for r in byte_flags
-            )
-            + ". The analytic value is a lower bound, so ncu above it is expected; ncu "
-            "below it is suspect.</div>"
-        )
-    if bad_status:
-        parts.append(
-            '<div class="warn">'
-            + f"{len(bad_status)} of {len(rows)} captures have no usable counters: "
-            + "; ".join(
-                f"{esc(_label(r))}: {esc(r['status'])} ({esc(r['message'] or 'no message')})"
-                for r in bad_status
-            )
-            + "</div>"
-        )
-    if not ok:
-        parts.append(NO_NCU_HTML.split("</p>\n", 1)[1])
-    headers = [
-        "env",
-        "model",
-        "precision",
-        "batch",
-        "ncu status",
-        "analytic FLOPs",
-        "ncu FLOPs",
-        "analytic / ncu",
-        "analytic min DRAM bytes",
-        "ncu DRAM bytes",
-        "analytic / ncu",
-        "kernels plotted / skipped",
-    ]
-    body_rows, classes = [], []
-    for r in rows:
-        body_rows.append(
-            [
-                r["env"],
-                r["model"],
-                r["precision"],
-                r["batch_size"],
-                r["status"],
-                fmt_gflop(r["analytic_flop"]),
-                fmt_gflop(r["ncu_flop"]),
-                _ratio_cell(r["flop_ratio"]),
-                fmt_bytes(r["analytic_bytes"]),
-                fmt_bytes(r["ncu_dram"]),
-                _ratio_cell(r["bytes_ratio"]),
-                f"{r['kernels_plotted']} / {r['kernels_skipped']}" if r["status"] == "ok" else "–",
-            ]
-        )
-        classes.append("flag" if r["flop_flag"] or r["status"] != "ok" else None)
-    parts.append("<h2>Counts</h2>")
-    parts.append(
-        table(
-            headers,
-            body_rows,
-            num_cols=(3, 5, 6, 7, 8, 9, 10),
-            caption="Analytic vs ncu per training step (ratios: analytic / ncu)",
-            row_classes=classes,
-        )
-    )
-    parts.append("<h2>Why they differ</h2>")
-    for r in rows:
-        flag = " ⚠" if r["flop_flag"] or r["bytes_flag"] else ""
-        parts.append(f"<h3>{esc(_label(r))}{esc(flag)}</h3>")
-        items = [f"<strong>FLOPs.</strong> {esc(' '.join(r['flop_explanation']))}"]
-        if r["bytes_explanation"]:
-            items.append(f"<strong>DRAM bytes.</strong> {esc(' '.join(r['bytes_explanation']))}")
-        if r["status"] == "ok":
-            extra = []
-            if r["ncu_kernel_time_s"] is not None:
-                extra.append(
-                    f"{r['ncu_kernels']} kernels, {fmt_time(r['ncu_kernel_time_s'])} of kernel "
-                    "time under ncu (serialized and replayed: not the step time)"
-                )
-            if r["ncu_flop"] and r["ncu_dram"]:
-                extra.append(f"ncu DRAM AI {fmt_ai(r['ncu_flop'] / r['ncu_dram'])}")
-            if r["analytic_flop"] and r["analytic_bytes"]:
-                extra.append(f"analytic AI {fmt_ai(r['analytic_flop'] / r['analytic_bytes'])}")
-            if r["ncu_tensor_flop"] and r["ncu_flop"]:
-                extra.append(f"tensor-core share {fmt_pct(r['ncu_tensor_flop'] / r['ncu_flop'])}")
-            if extra:
-                items.append(esc("; ".join(extra)) + ".")
-            if r["warnings"]:
-                items.append(
-                    "<strong>Parser warnings.</strong> " + esc(" | ".join(r["warnings"][:5]))
-                )
-        items.append(f"Source: <code>{esc(r['source'])}</code>")
-        parts.append("<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>")
-    return page(PAGE_TITLE, "\n".join(parts))

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import (
+from dnnroofline.ncu_metrics import (
     CUDA_CORE_METRIC_NAMES,
     DRAM_METRIC,
     DRAM_READ_ALT_METRIC,

@@ -1051,9 +1051,22 @@ def _barrier_first(
     return start
 
 
-def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, Any]:
+#: Given the built Setup, returns hooks around the timed steps (it may wrap
+#: ``setup.step``): how the trace job (dnnroofline.traces) profiles the very same loop.
+Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
+
+
+def run(
+    resolved: Resolved,
+    progress: ProgressFn | None = _stderr,
+    instrument: Instrument | None = None,
+) -> dict[str, Any]:
     """Set up, warm up and time one run; return the run record (never raises for a
-    failure inside setup or the loop: that is status "oom" or "error")."""
+    failure inside setup or the loop: that is status "oom" or "error").
+
+    With ``instrument``, its hooks run around the timed steps, which are then no
+    timing to report (the trace job); NVML sampling is left out of them.
+    """
     import torch
 
     cfg = resolved.cfg
@@ -1080,11 +1093,13 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
         # ncu profiles rank 0: only it opens the profiler range
         profiled = cfg.profile_step and not cfg.rank
         before, after = _profile_hooks(resolved.backend) if profiled else (None, None)
+        if instrument is not None:
+            before, after = instrument(setup)
         probe: dict[str, float] = {}
         if setup.scaler is not None:
             before, after = with_scale_probe(setup.scaler, before, after, probe)
         sampler = None
-        if resolved.backend == "cuda" and not cfg.profile_step:
+        if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
             sampler = NvmlSampler(torch.device(resolved.device).index or 0)
             before, after = with_sampler(sampler, before, after, record)
         if cfg.nproc > 1:
@@ -1167,17 +1182,13 @@ def run(resolved: Resolved, progress: ProgressFn | None = _stderr) -> dict[str, 
 # --------------------------------------------------------------------------- CLI
 
 
-def arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="run_train.py",
-        description="One timed, uninstrumented training run of a torchvision model "
-        "(warm-up, then per-step times); writes the run JSON atomically at the end.",
-    )
+def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags that define the training step and its machine (all but the timed part):
+    shared by run_train.py and the trace job (dnnroofline.traces), so both run one step."""
     p.add_argument("--arch", required=True, help="torchvision classification model name")
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--warmup-iters", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
     p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}")
     p.add_argument("--backend", default="auto", help="auto | cpu | cuda | mps")
     data = p.add_mutually_exclusive_group()
@@ -1223,16 +1234,27 @@ def arg_parser() -> argparse.ArgumentParser:
         "(device, CPU model, GPU)",
     )
     p.add_argument(
-        "--profile-step",
-        action="store_true",
-        help="after warm-up, one step between cudaProfilerStart/Stop (for ncu)",
-    )
-    p.add_argument(
         "--nproc",
         type=int,
         default=1,
         help="data-parallel processes (DistributedDataParallel: gloo on CPU, NCCL on CUDA, "
         "one GPU each); the batch size is per process, OMP_NUM_THREADS is split over them",
+    )
+    return p
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_train.py",
+        description="One timed, uninstrumented training run of a torchvision model "
+        "(warm-up, then per-step times); writes the run JSON atomically at the end.",
+    )
+    step_arguments(p)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument(
+        "--profile-step",
+        action="store_true",
+        help="after warm-up, one step between cudaProfilerStart/Stop (for ncu)",
     )
     # set by the data-parallel launcher on each rank's command line (dnnroofline.ddp)
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -1265,8 +1287,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         profile_step=args.profile_step,
         env_info=args.env_info,
         nproc=args.nproc,
-        rank=args.rank,
-        dist_store=args.dist_store,
+        rank=getattr(args, "rank", None),  # run_train.py's own (a rank's command line)
+        dist_store=getattr(args, "dist_store", None),
     )
 
 

@@ -1,18 +1,36 @@
-"""Envs compared by how the step runs (dnnroofline.env_compare): the compile break-even
+"""Envs compared by how the step runs (dnnroofline.report.env_compare): the compile break-even
 and the data-parallel scaling efficiency, on hand-computed numbers."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
 
-from dnnroofline import env_compare as ec
+from dnnroofline.report import env_compare as ec
+from dnnroofline.report.render import ENV
 
 HERE = {"host": "box", "cpu_model": "EPYC", "gpus": []}
 OTHER = {"host": "other", "cpu_model": "Xeon", "gpus": []}
 INFOS = {"cpu": HERE, "cpu_compiled": HERE, "cpu_ddp": HERE, "cpu1": HERE, "far": OTHER}
+
+
+def words(macro: str, facts: dict) -> str:
+    """The analysis section's sentences on these facts (templates/parts/env_compare.html)."""
+    page = ENV.from_string(
+        '{% import "parts/env_compare.html" as e %}{{ e.' + macro + "(facts) }}"
+    ).render(facts=facts)
+    return re.sub(r"\s+", " ", page)
+
+
+def compile_html(cfg, runs, infos):
+    return words("compile", ec.compile_facts(cfg, runs, infos))
+
+
+def scaling_html(cfg, tp, infos, metrics=None):
+    return words("scaling", ec.scaling_facts(cfg, tp, infos, metrics))
 
 
 def config(**envs):
@@ -71,7 +89,7 @@ def test_compile_pays_off_against_the_eager_env_on_the_same_machine():
     assert row["speedup"] == pytest.approx(2.0)
     # (15.0 - 0.05) / (0.2 - 0.1) = 149.5 -> 150 steps
     assert row["break_even"] == 150
-    html = ec.compile_html(cfg, runs, INFOS)
+    html = compile_html(cfg, runs, INFOS)
     assert "compile overhead 15.0 s beyond steady steps of 100 ms" in html
     assert "compiled steps are 2.00× as fast: compiling pays off after 150 steps." in html
 
@@ -81,7 +99,7 @@ def test_compiled_env_without_an_eager_one_on_its_machine_says_so():
     runs = [run("far", 0.2, 0.25), run("cpu_compiled", 0.1, 15.1)]
     (row,) = ec.compile_rows(cfg, runs, INFOS)
     assert row["eager_env"] is None and "break_even" not in row
-    assert "No eager env on the same machine" in ec.compile_html(cfg, runs, INFOS)
+    assert "No eager env on the same machine" in compile_html(cfg, runs, INFOS)
 
 
 def test_eager_partner_prefers_the_same_other_options():
@@ -120,7 +138,7 @@ def test_scaling_against_one_process_on_the_same_cores():
     assert row["base_env"] == "cpu"
     assert row["speedup"] == pytest.approx(0.9)
     assert row["efficiency"] == pytest.approx(0.9)
-    html = ec.scaling_html(cfg, tp, INFOS, m)
+    html = scaling_html(cfg, tp, INFOS, m)
     assert "0.90× the throughput on 2 cores against 2, scaling efficiency 90.0%" in html
 
 
@@ -149,13 +167,13 @@ def test_data_parallel_env_without_a_single_process_one_says_so():
     tp = tp_of([("far", 100.0), ("cpu_ddp", 90.0)])
     (row,) = ec.scaling_rows(cfg, tp, INFOS)
     assert row["base_env"] is None and "efficiency" not in row
-    assert "No <code>nproc: 1</code> env on the same machine" in ec.scaling_html(cfg, tp, INFOS)
+    assert "No <code>nproc: 1</code> env on the same machine" in scaling_html(cfg, tp, INFOS)
 
 
 def test_no_compiled_or_parallel_env_gives_a_note():
     cfg = config(cpu={"device": "cpu"})
-    assert "No env compiles the step" in ec.compile_html(cfg, [run("cpu", 0.2, 0.25)], INFOS)
-    assert "No env trains data-parallel" in ec.scaling_html(cfg, tp_of([("cpu", 1.0)]), INFOS)
+    assert "No env compiles the step" in compile_html(cfg, [run("cpu", 0.2, 0.25)], INFOS)
+    assert "No env trains data-parallel" in scaling_html(cfg, tp_of([("cpu", 1.0)]), INFOS)
 
 
 def test_describe_names_how_the_step_runs():

@@ -1,8 +1,9 @@
 """Envs that differ in how the step runs, compared: does compiling pay off, and how well
-do data-parallel processes scale. analysis.py puts both in the report's analysis section.
+do data-parallel processes scale. The analysis section's facts; templates/parts/
+env_compare.html words them.
 
-Pure: the resolved config (study_config.json), run JSONs, the metrics table and the
-envs' fingerprints in; numbers, then HTML out.
+Pure: the resolved config (study_config.json), run JSONs, the throughput table and the
+envs' fingerprints in; plain data out.
 
 Compile pays off. Over N steps (warm-up included) an env spends
 ``warmup_s + (N - W) x step``, i.e. ``overhead + N x step`` with
@@ -27,21 +28,14 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.report.data import envs_cfg as _envs
+from dnnroofline.report.format import isnum
+
 GROUP = ("model", "precision", "batch_size")
 
 
-def _envs(config: Mapping | None) -> dict[str, dict]:
-    return {str(k): dict(v or {}) for k, v in ((config or {}).get("envs") or {}).items()}
-
-
 def _num(x: Any) -> float | None:
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+    return float(x) if isnum(x) else None
 
 
 # --------------------------------------------------------------------------- envs
@@ -61,7 +55,8 @@ def env_options(config: Mapping | None, env: str) -> dict[str, Any]:
 
 
 def describe(options: Mapping[str, Any], threads: Any = None) -> str:
-    """A short phrase: ``torch.compile default, channels-last, 2 processes x 1 thread``."""
+    """A short phrase: ``torch.compile default, channels-last, DDP 2 processes x 1 thread
+    (gloo)``; ``eager`` for the plain step."""
     parts = [f"torch.compile {options['compile']}" if options.get("compile") else "eager"]
     if options.get("channels_last"):
         parts.append("channels-last")
@@ -276,177 +271,22 @@ def scaling_rows(
     return rows
 
 
-# --------------------------------------------------------------------------- HTML
+def compile_facts(
+    config: Mapping | None, runs: Sequence[Mapping] | None, env_infos: Mapping
+) -> dict[str, Any]:
+    """``{any, rows}``: whether an env compiles, and :func:`compile_rows`."""
+    return {
+        "any": any(env_options(config, e)["compile"] for e in _envs(config)),
+        "rows": compile_rows(config, runs, env_infos),
+    }
 
 
-def _steps(n: float) -> str:
-    if math.isinf(n):
-        return "never"
-    return f"{int(n):,} step{'s' if n != 1 else ''}"
-
-
-def compile_html(config: Mapping | None, runs: Sequence[Mapping] | None, env_infos: Mapping) -> str:
-    from dnnroofline.analysis import esc, fmt_ratio, fmt_time, table
-
-    rows = compile_rows(config, runs, env_infos)
-    if not any(env_options(config, e)["compile"] for e in _envs(config)):
-        return (
-            "<p class=note>No env compiles the step. Add one with <code>compile: default</code> "
-            "next to an eager env on the same machine to see what torch.compile costs and "
-            "after how many steps it pays off.</p>"
-        )
-    if not rows:
-        return "<p class=warn>The compiled env(s) have no successful run yet.</p>"
-    items, cells = [], []
-    for r in rows:
-        label = f"{r['model']} · {r['precision']} · bs {int(r['batch_size'])}"
-        head = (
-            f"<strong>{esc(label)}</strong> on {esc(r['env'])} (torch.compile {esc(r['mode'])}): "
-            f"first step {esc(fmt_time(r['first_step_s']))}, "
-            f"warm-up {esc(fmt_time(r['warmup_s']))}, "
-            f"compile overhead {esc(fmt_time(r['overhead_s']))} beyond steady steps of "
-            f"{esc(fmt_time(r['step_s']))}"
-        )
-        if r["eager_env"] is None:
-            items.append(
-                head + ". No eager env on the same machine to hold it against: add the same "
-                "env without <code>compile</code> to see when compiling pays off."
-            )
-        elif "speedup" not in r:
-            items.append(head + f"; {esc(r['eager_env'])} has no successful run of it.")
-        else:
-            verdict = (
-                f"compiling pays off after {esc(_steps(r['break_even']))}"
-                if not math.isinf(r["break_even"])
-                else "compiling never pays off here: its steps are not faster"
-            )
-            items.append(
-                head + f"; eager on {esc(r['eager_env'])} a step takes "
-                f"{esc(fmt_time(r['eager_step_s']))}, so compiled steps are "
-                f"{esc(fmt_ratio(r['speedup']))} as fast: {verdict}."
-            )
-        cells.append(
-            [
-                r["env"],
-                r["model"],
-                r["precision"],
-                int(r["batch_size"]),
-                fmt_time(r["first_step_s"]),
-                fmt_time(r["warmup_s"]),
-                fmt_time(r["overhead_s"]),
-                fmt_time(r["step_s"]),
-                r["eager_env"] or "–",
-                fmt_time(r.get("eager_step_s")),
-                fmt_ratio(r.get("speedup")),
-                _steps(r["break_even"]) if "break_even" in r else "–",
-            ]
-        )
-    return (
-        "<ul>\n"
-        + "\n".join(f"<li>{i}</li>" for i in items)
-        + "\n</ul>\n"
-        + table(
-            [
-                "env",
-                "model",
-                "precision",
-                "batch",
-                "first step",
-                "warm-up",
-                "compile overhead",
-                "step",
-                "eager env",
-                "eager step",
-                "speedup",
-                "pays off after",
-            ],
-            cells,
-            num_cols=range(3, 12),
-            caption="Medians over repeats. Compile overhead = warm-up − warm-up steps × step; "
-            "pays off after (overhead − the eager env's) / (eager step − compiled step) steps",
-        )
-    )
-
-
-def scaling_html(
-    config: Mapping | None,
-    tp: pd.DataFrame,
-    env_infos: Mapping,
-    metrics: pd.DataFrame | None = None,
-) -> str:
-    from dnnroofline.analysis import esc, fmt_ips, fmt_pct, fmt_ratio, table
-
-    if not any(env_options(config, e)["nproc"] > 1 for e in _envs(config)):
-        return (
-            "<p class=note>No env trains data-parallel. Add one with <code>nproc: 2</code> "
-            "(and <code>threads</code> per process) to see how the step scales.</p>"
-        )
+def scaling_facts(
+    config: Mapping | None, tp: pd.DataFrame, env_infos: Mapping, metrics: pd.DataFrame | None
+) -> dict[str, Any]:
+    """``{any, rows}``: whether an env is data-parallel, and :func:`scaling_rows` with
+    each row's env described."""
     rows = scaling_rows(config, tp, env_infos, metrics)
-    if not rows:
-        return "<p class=warn>The data-parallel env(s) have no successful run yet.</p>"
-    items, cells = [], []
     for r in rows:
-        label = f"{r['model']} · {r['precision']} · bs {int(r['batch_size'])} per process"
-        opts = env_options(config, r["env"])
-        head = (
-            f"<strong>{esc(label)}</strong> on {esc(r['env'])} "
-            f"({esc(describe(opts, r['threads']))}): {esc(fmt_ips(r['images_per_s']))}"
-        )
-        if r["base_env"] is None:
-            items.append(
-                head + ". No <code>nproc: 1</code> env on the same machine to hold it "
-                "against: add one to see the scaling efficiency."
-            )
-        elif "efficiency" not in r:
-            items.append(head + f"; {esc(r['base_env'])} has no successful run of it.")
-        else:
-            base = (
-                f"{r['base_env']} (1 process x {r['base_threads']} thread"
-                f"{'s' if r['base_threads'] != 1 else ''})"
-                if r["unit"] == "core"
-                else f"{r['base_env']} (1 GPU)"
-            )
-            items.append(
-                head + f" against {esc(base)} at {esc(fmt_ips(r['base_images_per_s']))}: "
-                f"{esc(fmt_ratio(r['speedup']))} the throughput on {r['resources']} "
-                f"{r['unit']}s against {r['base_resources']}, scaling efficiency "
-                f"{esc(fmt_pct(r['efficiency']))}."
-            )
-        cells.append(
-            [
-                r["env"],
-                r["model"],
-                r["precision"],
-                int(r["batch_size"]),
-                r["nproc"],
-                fmt_ips(r["images_per_s"]),
-                r["base_env"] or "–",
-                fmt_ips(r.get("base_images_per_s")),
-                fmt_ratio(r.get("speedup")),
-                fmt_pct(r.get("efficiency")),
-            ]
-        )
-    return (
-        "<ul>\n"
-        + "\n".join(f"<li>{i}</li>" for i in items)
-        + "\n</ul>\n"
-        + table(
-            [
-                "env",
-                "model",
-                "precision",
-                "batch / process",
-                "processes",
-                "images/s",
-                "nproc 1 env",
-                "its images/s",
-                "speedup",
-                "scaling efficiency",
-            ],
-            cells,
-            num_cols=range(3, 10),
-            caption="images/s = processes × batch / the slowest rank's median step; scaling "
-            "efficiency = images/s ÷ (baseline images/s × cores (CPU) or GPUs used ÷ the "
-            "baseline's)",
-        )
-    )
+        r["how"] = describe(env_options(config, r["env"]), r["threads"])
+    return {"any": any(env_options(config, e)["nproc"] > 1 for e in _envs(config)), "rows": rows}

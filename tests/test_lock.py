@@ -1,0 +1,228 @@
+"""The locks: requirements.txt, the lock files, the conda env files and the Makefile agree,
+and the report says whether a machine's versions match the lock."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from dnnroofline import lockfile
+from dnnroofline.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = lockfile.parse_lock((ROOT / "requirements.lock").read_text(), "requirements.lock")
+DEV_LOCK = lockfile.parse_lock(
+    (ROOT / "requirements-dev.lock").read_text(), "requirements-dev.lock"
+)
+ENV_FILES = sorted((ROOT / "envs").glob("*.yaml"))
+
+
+def requirements(path: Path) -> list[Requirement]:
+    """The requirements of a requirements*.txt, following its -r includes."""
+    out = []
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            out += requirements(path.parent / line[3:].strip())
+        elif line:
+            out.append(Requirement(line))
+    return out
+
+
+# --------------------------------------------------------------------------- the files agree
+
+
+@pytest.mark.parametrize(
+    ("txt", "pins"), [("requirements.txt", LOCK), ("requirements-dev.txt", DEV_LOCK)]
+)
+def test_lock_satisfies_requirements(txt, pins):
+    reqs = requirements(ROOT / txt)
+    assert len(reqs) >= 15  # the file was read, includes followed
+    for req in reqs:
+        name = lockfile.canonical_name(req.name)
+        assert name in pins, f"{txt}: {req.name} is not in the lock (run make lock)"
+        assert Version(pins[name]) in req.specifier, (
+            f"{txt}: {req} but the lock has {name}=={pins[name]} (run make lock)"
+        )
+
+
+def test_dev_lock_extends_the_runtime_lock_with_the_same_versions():
+    assert {k: DEV_LOCK.get(k) for k in LOCK} == LOCK
+    assert {"pytest", "ruff", "snakefmt", "snakemake-executor-plugin-slurm"} <= set(DEV_LOCK)
+    assert "pytest" not in LOCK
+
+
+def test_lock_holds_torch_at_the_tested_release():
+    held = dict(
+        line.split("==")
+        for line in (ROOT / "lock-constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert held == {"torch": LOCK["torch"], "torchvision": LOCK["torchvision"]}
+    # torch's Linux x86_64 wheel brings its CUDA libraries: the lock covers that platform
+    assert any(name.startswith("nvidia-") for name in LOCK)
+
+
+@pytest.mark.parametrize("env_file", ENV_FILES, ids=[p.name for p in ENV_FILES])
+def test_env_file_pins_the_locked_versions(env_file):
+    spec = yaml.safe_load(env_file.read_text())
+    assert lockfile.env_file_disagreements(spec, LOCK, env_file.name) == []
+    assert lockfile.conda_pins(spec, env_file.name)["python"] == lockfile.LOCK_PYTHON
+
+
+def test_env_file_disagreements_name_each_problem():
+    spec = {
+        "dependencies": [
+            "python=3.12",
+            "pytorch>=2.4",
+            "numpy==1.26.4",
+            "pandas=3.1.1",
+            "scipy",
+            {"pip": ["x"]},
+        ]
+    }
+    pins = {"torch": "2.14.1", "numpy": "2.4.6", "pandas": "3.1.1"}
+    assert lockfile.env_file_disagreements(spec, pins, "train.yaml") == [
+        "train.yaml: python=3.12 but the lock is for 3.11",
+        "train.yaml: pytorch is not pinned (the lock has ==2.14.1)",
+        "train.yaml: numpy==1.26.4 but the lock has ==2.4.6",
+        "train.yaml: scipy is not in the lock",
+    ]
+    with pytest.raises(InputError, match="bad.yaml: no 'dependencies' list"):
+        lockfile.conda_pins({"channels": []}, "bad.yaml")
+
+
+def _make_n(*args: str) -> str:
+    proc = subprocess.run(
+        ["make", "-n", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_make_installs_from_the_locks(tmp_path):
+    venv = f"VENV={tmp_path / 'v'}"
+    dev = _make_n("setup-dev", venv)
+    assert "pip install -q --require-hashes -r requirements.lock" in dev
+    assert "pip install -q --require-hashes -r requirements-dev.lock" in dev
+    assert "-r requirements.txt" not in dev
+    # a GPU machine's own torch (WHEELS=dir): the bounds, from dir only, and said so
+    wheels = _make_n("setup", venv, f"WHEELS={tmp_path}")
+    assert f"--no-index --find-links {tmp_path} -r requirements.txt" in wheels
+    assert "requirements.lock is not applied" in wheels
+    assert "--require-hashes" not in wheels
+
+
+def test_make_lock_targets_the_locked_python_and_platform(tmp_path):
+    out = _make_n("lock", f"LOCK_TOOLS={tmp_path / 'tools'}")
+    compiles = [line for line in out.splitlines() if " pip compile " in line]
+    assert len(compiles) == 2
+    for line in compiles:
+        assert f"--python-version {lockfile.LOCK_PYTHON} " in line
+        assert "--python-platform x86_64-manylinux_2_28" in line
+        assert "--generate-hashes" in line and "-c lock-constraints.txt" in line
+    assert compiles[0].endswith("requirements.txt -o requirements.lock")
+    assert compiles[1].endswith(
+        "requirements-dev.txt -c requirements.lock -o requirements-dev.lock"
+    )
+    assert "--upgrade" not in out
+    assert "--upgrade" in _make_n("lock", f"LOCK_TOOLS={tmp_path / 'tools'}", "UPGRADE=1")
+
+
+# --------------------------------------------------------------------------- parse_lock
+
+
+GOOD = """\
+# This file was autogenerated by uv via the following command:
+#    make lock
+PyYAML==6.0.3 \\
+    --hash=sha256:aa \\
+    --hash=sha256:bb
+    # via -r requirements.txt
+torch==2.14.1 --hash=sha256:cc
+"""
+
+
+def test_parse_lock_reads_hashed_pins():
+    assert lockfile.parse_lock(GOOD) == {"pyyaml": "6.0.3", "torch": "2.14.1"}
+    assert LOCK["torch"] == "2.14.1" and len(LOCK) > 50
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("numpy>=1.26 \\\n    --hash=sha256:aa\n", r"x.lock line 1: 'numpy>=1.26' is not an exact"),
+        ("numpy==2.4.6\n", r"x.lock: no --hash for numpy; pip --require-hashes refuses it"),
+        ("--hash=sha256:aa\n", r"x.lock line 1: a --hash before any requirement"),
+        (
+            "numpy==2.4.6 --hash=sha256:a\n--index-url https://x\n",
+            r"x.lock line 2: option '--index-url' in a lock file",
+        ),
+        (
+            "numpy==1 --hash=sha256:a\nNumPy==2 --hash=sha256:b\n",
+            r"x.lock line 2: numpy is pinned twice",
+        ),
+        ("# only a comment\n", r"x.lock: no pinned packages"),
+    ],
+)
+def test_parse_lock_refuses_what_pip_would_not_install_exactly(text, message):
+    with pytest.raises(InputError, match=message):
+        lockfile.parse_lock(text, "x.lock")
+
+
+# --------------------------------------------------------------------------- machine vs lock
+
+PINS = {"torch": "2.14.1", "numpy": "2.4.6", "pyyaml": "6.0.3", "snakemake": "9.27.1"}
+
+
+def test_version_differences_lists_each_package_that_differs():
+    info = {
+        "python": "3.12.1",
+        "packages": {"torch": "2.14.1+cpu", "NumPy": "2.4.6", "PyYAML": "6.0.2", "extra": "1"},
+    }
+    diffs, compared = lockfile.version_differences(info, PINS)
+    # snakemake is not installed in this env (a per-stage conda env): not compared
+    assert compared == 3  # numpy, pyyaml, torch (and python, not counted)
+    assert diffs == [
+        ("python", "3.12.1", "3.11.*"),
+        ("pyyaml", "6.0.2", "6.0.3"),
+        ("torch", "2.14.1+cpu", "2.14.1"),
+    ]
+
+
+def test_old_env_info_compares_torch_release_only():
+    # no `packages`: torch's __version__ carries +cu130 on PyPI's own wheel
+    info = {"python": "3.11.7", "torch": "2.14.1+cu130", "torchvision": "0.28.0"}
+    assert lockfile.machine_versions(info) == (
+        {"torch": "2.14.1", "torchvision": "0.28.0"},
+        False,
+    )
+    diffs, compared = lockfile.version_differences(info, {**PINS, "torchvision": "0.29.1"})
+    assert (diffs, compared) == ([("torchvision", "0.28.0", "0.29.1")], 2)
+
+
+def lock_part(env_infos, pins):
+    from dnnroofline.report.render import fragment
+
+    return str(fragment("parts/lock_match.html", lock=lockfile.lock_match(env_infos, pins)))
+
+
+def test_lock_match_says_match_or_lists_differences():
+    same = {"python": "3.11.4", "packages": dict(PINS)}
+    html = lock_part({"local": same}, PINS)
+    assert "Env <b>local</b>: Python 3.11.4 and all 4 locked packages it has match" in html
+    assert "<table>" not in html
+    other = {"python": "3.11.4", "packages": {**PINS, "torch": "2.13.0"}}
+    html = lock_part({"local": same, "gcp_l4": other}, PINS)
+    assert "Env <b>gcp_l4</b>: 1 version differs from the lock (4 locked packages and " in html
+    assert "<td>gcp_l4</td><td>torch</td><td>2.13.0</td><td>2.14.1</td>" in html
+    assert "No lock file was given" in lock_part({"local": same}, None)

@@ -1,0 +1,68 @@
+"""The design section (dnnroofline.report.design): hypothesis, verdict, run matrix."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+from report_fixtures import make_complexity, make_points
+
+from dnnroofline.report.design import design_section
+
+
+def test_hypothesis_and_verdict(sections):
+    design = sections["design.html"]
+    hyp = design[design.index("<strong>Hypothesis:</strong>") : design.index("<strong>Verdict:")]
+    assert "2 threads" in hyp and "ridge point is 10.0 FLOP/B" in hyp
+    # resnet50 (AI 40) compute-bound, mobilenet_v2 (AI 4) memory-bound, with its depthwise share
+    assert re.search(r"resnet50</strong> \(analytic AI 40\.0 FLOP/B\) is compute-bound", hyp)
+    assert re.search(r"mobilenet_v2</strong> \(analytic AI 4\.00 FLOP/B; depthwise", hyp)
+    assert "sits lower, memory-bound" in hyp
+    verdict = design[design.index("<strong>Verdict:") :]
+    assert "held for 4 of 4 measured points" in verdict
+    assert "does <em>not</em> follow AI" not in verdict
+    assert "mobilenet_v2 bs 8 reaches under 30%" in verdict
+
+
+def test_verdict_reports_a_broken_hypothesis(inputs):
+    pts = make_points()
+    # a GPU-like measurement where ncu AI puts resnet50 on the memory side
+    pts.loc[0, ["ai", "bound"]] = [5.0, "memory"]
+    pts.loc[0, "roof_flops"] = 50e9
+    html = design_section(
+        inputs["config"],
+        inputs["env_infos"],
+        inputs["metrics"],
+        pts,
+        inputs["complexity"],
+        inputs["ceilings"],
+    )
+    assert "held for 3 of 4 measured points" in html
+    assert "failed for resnet50 bs 8 is memory-bound" in html
+
+
+def test_hypothesis_when_all_points_are_compute_bound(inputs):
+    pts = make_points()
+    pts = pts[pts["model"] == "resnet50"].copy()
+    other = make_points()
+    other = other[other["model"] == "mobilenet_v2"].copy()
+    other["ai"], other["bound"] = 20.0, "compute"
+    other["roof_flops"], other["attained_flops"] = 100e9, [20e9, 25e9]
+    cx = make_complexity()
+    for c in cx:
+        if c["arch"] == "mobilenet_v2":
+            c["flops"]["train_step"] = 20.0 * c["min_dram_bytes_per_step"]
+    html = design_section(
+        inputs["config"],
+        inputs["env_infos"],
+        inputs["metrics"],
+        pd.concat([pts, other]),
+        cx,
+        inputs["ceilings"],
+    )
+    assert "are compute-bound" in html and "memory-bound" not in html
+    assert "should attain similar GFLOP/s" in html
+    assert "should follow AI" not in html
+    # medians 91.25 vs 22.5 GFLOP/s: 4.06x apart, not similar
+    assert "span 4.06× in attained GFLOP/s" in html
+    assert "not similar, so kernel efficiency, not AI, separates them" in html

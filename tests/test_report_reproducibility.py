@@ -1,0 +1,73 @@
+"""The reproducibility section (dnnroofline.report.reproducibility)."""
+
+from __future__ import annotations
+
+from report_fixtures import make_config
+
+from dnnroofline.report.reproducibility import run_command
+
+
+def test_run_command_reproduces_run():
+    cfg = make_config()
+    cmd = run_command(
+        cfg,
+        {
+            "run_id": "local_resnet50_fp32_bs8_run1",
+            "env": "local",
+            "model": "resnet50",
+            "precision": "fp32",
+            "batch_size": 8,
+        },
+    )
+    assert cmd == (
+        "OMP_NUM_THREADS=2 python workflow/scripts/run_train.py --arch resnet50 "
+        "--image-size 224 --batch-size 8 --warmup-iters 3 --iters 10 --precision fp32 "
+        "--backend cpu --synthetic --env local --expect-threads 2 "
+        "--run-id local_resnet50_fp32_bs8_run1 "
+        "--out results/local/runs/local_resnet50_fp32_bs8_run1.json"
+    )
+    cfg["study"]["data"] = "/data/my imagenet"
+    cfg["envs"]["local"] = {"device": "auto"}
+    cmd = run_command(
+        cfg,
+        {
+            "run_id": "local_resnet50_fp32_bs8_run1",
+            "env": "local",
+            "model": "resnet50",
+            "precision": "fp32",
+            "batch_size": 8,
+        },
+        {"local": {"device": "cuda"}},
+    )
+    assert "--backend cuda --data '/data/my imagenet'" in cmd
+    assert "OMP_NUM_THREADS" not in cmd and "--expect-threads" not in cmd
+    # the resolved config's defaults reach the command as the train rule passes them
+    cfg["study"].update(num_classes=10, workers=4, channels_last=True)
+    cmd = run_command(
+        cfg,
+        {"run_id": "r", "env": "local", "model": "resnet50", "precision": "bf16", "batch_size": 8},
+    )
+    assert "--precision bf16" in cmd
+    assert "--arch resnet50 --image-size 224 --num-classes 10 --batch-size 8 " in cmd
+    assert "--data '/data/my imagenet' --workers 4 --channels-last" in cmd
+    # a data-parallel env: its processes, and the threads of all of them for the launcher
+    cfg["envs"]["ddp"] = {"device": "cpu", "nproc": 2, "threads": 3}
+    cmd = run_command(
+        cfg,
+        {"run_id": "r", "env": "ddp", "model": "resnet50", "precision": "fp32", "batch_size": 8},
+    )
+    assert cmd.startswith("OMP_NUM_THREADS=6 python workflow/scripts/run_train.py")
+    assert "--channels-last --nproc 2 --env ddp --expect-threads 3" in cmd
+
+
+def test_reproducibility_lists_commands(sections):
+    html = sections["reproducibility.html"]
+    assert "snakemake --cores 2" in html
+    assert "snakemake --report results/report.html" in html
+    assert html.count("workflow/scripts/run_train.py") == 12
+    assert "--out results/local/runs/local_mobilenet_v2_fp32_bs16_run3.json" in html
+    assert (
+        "python workflow/scripts/complexity.py --arch mobilenet_v2 --image-size 224 "
+        "--batch-size 16 --out results/complexity/mobilenet_v2_bs16.json" in html
+    )
+    assert "32.0 GB" in html  # RAM, decimal

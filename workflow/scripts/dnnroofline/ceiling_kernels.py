@@ -1,0 +1,575 @@
+"""The measured ceilings: timed GEMMs, convolutions and STREAM kernels on one device.
+
+Each microbenchmark times its kernel over several repeats (CUDA events on GPUs, a
+synchronised wall clock elsewhere) and records every candidate with its FLOP/s or
+bytes/s; :func:`measure_compute` and :func:`measure_memory` pick the roof among them
+(the method is in :mod:`dnnroofline.ceilings`, which assembles ``ceilings.json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+MiB = 1024**2
+
+
+def gemm_flop(m: int, n: int, k: int) -> int:
+    """FLOPs of an (m x k) @ (k x n) product: 2*M*N*K (one multiply and one add per MAC)."""
+    return 2 * int(m) * int(n) * int(k)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+@contextlib.contextmanager
+def _matmul_mode(device: str, precision: str):
+    """TF32 off for fp32, on for tf32 (CUDA GEMMs and cuDNN convolutions); restored after."""
+    import torch
+
+    if device != "cuda":
+        yield
+        return
+    old_mm = torch.backends.cuda.matmul.allow_tf32
+    old_conv = torch.backends.cudnn.allow_tf32
+    old_prec = torch.get_float32_matmul_precision()
+    try:
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32  # cuDNN convolutions default to TF32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_mm
+        torch.backends.cudnn.allow_tf32 = old_conv
+        torch.set_float32_matmul_precision(old_prec)
+
+
+def _dtype(precision: str):
+    import torch
+
+    return {
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "amp": torch.float16,
+        "bf16": torch.bfloat16,
+    }[precision]
+
+
+def _time_repeats(
+    device: str,
+    fn,
+    *,
+    warmup: int,
+    reps: int,
+    min_reps: int,
+    inner: int = 1,
+    time_cap_s: float = 5.0,
+) -> list[float]:
+    """Seconds per call of ``fn`` over timed repeats (``inner`` calls each) after warm-up.
+
+    CUDA: CUDA events; elsewhere ``time.perf_counter`` around a device sync. Stops
+    after ``reps`` repeats, or after ``min_reps`` once ``time_cap_s`` is spent.
+    """
+    import torch
+
+    for _ in range(max(1, warmup)):
+        fn()
+    _sync(device)
+    times: list[float] = []
+    t_start = time.monotonic()
+    while len(times) < reps:
+        if device == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / inner)
+        else:
+            _sync(device)
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            _sync(device)
+            times.append((time.perf_counter() - t0) / inner)
+        if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
+            break
+    return times
+
+
+def bench_gemm(
+    device: str,
+    precision: str,
+    n: int,
+    *,
+    m: int | None = None,
+    k: int | None = None,
+    warmup: int = 2,
+    reps: int = 10,
+    min_reps: int = 3,
+    inner: int = 1,
+    n_sets: int = 3,
+    time_cap_s: float = 5.0,
+) -> dict:
+    """Time ``torch.matmul`` of (m x k) @ (k x n) in ``precision`` (square n^3 by default).
+
+    Each timed repeat runs ``inner`` GEMMs over rotating input sets (so no repeat finds
+    its operands in cache from the last); see :func:`_time_repeats` for the timer.
+    """
+    import torch
+
+    from dnnroofline.stats import summarize
+
+    m = n if m is None else int(m)
+    k = n if k is None else int(k)
+    dtype = _dtype(precision)
+    gen_device = device if device in ("cpu", "cuda") else "cpu"  # generate on the GPU: fast
+    gen = torch.Generator(device=gen_device).manual_seed(0)
+
+    def rand(rows: int, cols: int) -> torch.Tensor:
+        x = torch.randn(rows, cols, generator=gen, device=gen_device, dtype=torch.float32)
+        return x.to(device=device, dtype=dtype)
+
+    sets = [(rand(m, k), rand(k, n)) for _ in range(n_sets)]
+    out = torch.empty(m, n, device=device, dtype=dtype)
+    it = 0
+
+    def one() -> None:
+        nonlocal it
+        a, b = sets[it % n_sets]
+        torch.matmul(a, b, out=out)
+        it += 1
+
+    with _matmul_mode(device, precision), torch.inference_mode():
+        times = _time_repeats(
+            device,
+            one,
+            warmup=warmup,
+            reps=reps,
+            min_reps=min_reps,
+            inner=inner,
+            time_cap_s=time_cap_s,
+        )
+        if not torch.isfinite(out.float()).all():
+            raise RuntimeError(f"GEMM {precision} {m}x{n}x{k} produced non-finite values")
+    flop = gemm_flop(m, n, k)
+    stats = summarize(times)
+    return {
+        "n": n,
+        "m": m,
+        "k": k,
+        "dtype": str(dtype).replace("torch.", ""),
+        "flop": flop,
+        "times_s": stats,
+        "flops_median": flop / stats["median"],
+        "flops_best": flop / stats["min"],
+        "reps": len(times),
+        "warmup": max(1, warmup),
+        "inner": inner,
+        "n_sets": n_sets,
+    }
+
+
+def conv_flop(
+    batch: int, c_in: int, c_out: int, h_out: int, w_out: int, kh: int, kw: int, groups: int = 1
+) -> int:
+    """Nominal FLOPs of a 2-D convolution's forward pass: 2*N*Cout*Ho*Wo*(Cin/groups)*kh*kw.
+
+    The study counts convolutions the same way (direct algorithm, FMA = 2 FLOPs).
+    """
+    return 2 * batch * c_out * h_out * w_out * (c_in // groups) * kh * kw
+
+
+def bench_conv(
+    device: str,
+    precision: str,
+    batch: int,
+    c_in: int,
+    hw: int,
+    c_out: int,
+    kernel: int,
+    *,
+    backward: bool = False,
+    channels_last: bool = False,
+    warmup: int = 2,
+    reps: int = 10,
+    min_reps: int = 3,
+    time_cap_s: float = 5.0,
+) -> dict:
+    """Time ``torch.nn.functional.conv2d`` (oneDNN on CPU, cuDNN on CUDA), stride 1, same pad.
+
+    ``backward``: forward + input gradient + weight gradient (3x the forward's nominal
+    FLOPs, as the study counts a convolution's training step), else forward only.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from dnnroofline.stats import summarize
+
+    dtype = _dtype(precision)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(batch, c_in, hw, hw, generator=gen).to(device=device, dtype=dtype)
+    x = x.contiguous(memory_format=fmt)
+    w = (torch.randn(c_out, c_in, kernel, kernel, generator=gen) * 0.05).to(device, dtype)
+    w = w.contiguous(memory_format=fmt)
+    pad = kernel // 2
+    if backward:
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+        grad_out = torch.randn(batch, c_out, hw, hw, generator=gen).to(device=device, dtype=dtype)
+        grad_out = grad_out.contiguous(memory_format=fmt)
+    result = {}
+
+    def one() -> None:
+        if backward:
+            x.grad = None
+            w.grad = None
+            y = F.conv2d(x, w, padding=pad)
+            y.backward(grad_out)
+            result["y"] = w.grad
+        else:
+            result["y"] = F.conv2d(x, w, padding=pad)
+
+    ctx = contextlib.nullcontext() if backward else torch.inference_mode()
+    with _matmul_mode(device, precision), ctx:
+        times = _time_repeats(
+            device, one, warmup=warmup, reps=reps, min_reps=min_reps, time_cap_s=time_cap_s
+        )
+        if not torch.isfinite(result["y"].float()).all():
+            raise RuntimeError(f"conv2d {precision} produced non-finite values")
+    flop = conv_flop(batch, c_in, c_out, hw, hw, kernel, kernel) * (3 if backward else 1)
+    stats = summarize(times)
+    return {
+        "shape": {"batch": batch, "c_in": c_in, "hw": hw, "c_out": c_out, "kernel": kernel},
+        "backward": backward,
+        "channels_last": channels_last,
+        "dtype": str(dtype).replace("torch.", ""),
+        "flop": flop,
+        "times_s": stats,
+        "flops_median": flop / stats["median"],
+        "flops_best": flop / stats["min"],
+        "reps": len(times),
+        "warmup": max(1, warmup),
+    }
+
+
+def _round_down(x: float, multiple: int, lo: int, hi: int) -> int:
+    return int(max(lo, min(hi, (int(x) // multiple) * multiple)))
+
+
+def gemm_size_for(rate_flops: float, target_s: float, lo: int, hi: int, multiple: int = 256) -> int:
+    """Square GEMM size n whose 2n^3 FLOPs take about ``target_s`` at ``rate_flops``."""
+    n = (max(rate_flops, 1.0) * target_s / 2.0) ** (1.0 / 3.0)
+    return _round_down(n, multiple, lo, hi)
+
+
+#: Convolution method text: nominal FLOPs, and what a faster algorithm would look like.
+CONV_FLOP_NOTE = (
+    "FLOPs = nominal 2*N*Cout*Ho*Wo*Cin*kh*kw (x3 with backward: input and weight "
+    "gradients), the study's own count; an algorithm that does less arithmetic than the "
+    "nominal count (Winograd, FFT) would show as convolution FLOP/s above the GEMMs', "
+    "and the roof, like the study, keeps counting nominal FLOPs"
+)
+
+
+def compute_candidates(device: str, precision: str, *, quick: bool, probe_flops: float | None):
+    """The microbenchmarks tried for one precision: ``(label, kind, kwargs)`` triples.
+
+    CPU: square GEMMs (one sized so it takes ~0.5 s at ``probe_flops``, one smaller),
+    two im2col-shaped GEMMs (tall M, as a convolution's GEMM), and oneDNN convolutions
+    (3x3 forward, NCHW and channels-last; 3x3 forward+backward; 1x1 forward). CUDA/MPS:
+    one large square GEMM (as before) plus a cuDNN/MPS convolution.
+    """
+    if quick:
+        return [
+            ("gemm", {"n": 256}),
+            ("gemm", {"m": 1024, "n": 64, "k": 576}),
+            ("conv", {"batch": 2, "c_in": 16, "hw": 16, "c_out": 16, "kernel": 3}),
+            (
+                "conv",
+                {"batch": 2, "c_in": 16, "hw": 16, "c_out": 16, "kernel": 3, "backward": True},
+            ),
+        ]
+    if device == "cpu":
+        n = gemm_size_for(probe_flops or 1e11, 0.5, lo=1024, hi=4096)
+        small = max(512, n // 2 // 256 * 256)
+        return [
+            ("gemm", {"n": n}),
+            ("gemm", {"n": small}),
+            ("gemm", {"m": 12544, "n": 64, "k": 576}),
+            ("gemm", {"m": 3136, "n": 256, "k": 2304}),
+            ("conv", {"batch": 16, "c_in": 64, "hw": 56, "c_out": 64, "kernel": 3}),
+            (
+                "conv",
+                {
+                    "batch": 16,
+                    "c_in": 64,
+                    "hw": 56,
+                    "c_out": 64,
+                    "kernel": 3,
+                    "channels_last": True,
+                },
+            ),
+            ("conv", {"batch": 16, "c_in": 256, "hw": 14, "c_out": 256, "kernel": 3}),
+            (
+                "conv",
+                {"batch": 16, "c_in": 128, "hw": 28, "c_out": 128, "kernel": 3, "backward": True},
+            ),
+            ("conv", {"batch": 16, "c_in": 256, "hw": 28, "c_out": 512, "kernel": 1}),
+        ]
+    big = 8192 if device == "cuda" else 4096
+    return [
+        ("gemm", {"n": big}),
+        ("conv", {"batch": 64, "c_in": 256, "hw": 28, "c_out": 256, "kernel": 3}),
+    ]
+
+
+def _describe(kind: str, res: dict) -> str:
+    if kind == "gemm":
+        return f"torch.matmul {res['m']}x{res['n']}x{res['k']} (MxNxK) {res['dtype']}"
+    s = res["shape"]
+    what = "forward+backward" if res["backward"] else "forward"
+    fmt = ", channels-last" if res["channels_last"] else ""
+    return (
+        f"conv2d {s['kernel']}x{s['kernel']} N={s['batch']} Cin={s['c_in']} Cout={s['c_out']} "
+        f"{s['hw']}x{s['hw']} {res['dtype']} {what}{fmt}"
+    )
+
+
+def measure_compute(device: str, precision: str, *, quick: bool = False, threads: int = 1) -> dict:
+    """A measured compute roof for ``precision`` on ``device`` (a ceilings ``roofs`` entry).
+
+    The roof is the best of several candidates (GEMMs of several shapes and
+    convolutions), each taken at its best repeat; every candidate is kept under
+    ``candidates`` with its method, times and FLOP/s, and ``set_by`` names the winner.
+    A roof that the study's own kernels beat is a wrong roof: one GEMM is not enough
+    (oneDNN's convolutions outrun a square MKL GEMM on some CPUs).
+    """
+    probe = None
+    if device == "cpu" and not quick:
+        probe = bench_gemm(device, precision, 768, warmup=1, reps=2, min_reps=2, n_sets=1)
+    if quick:
+        timing = {"warmup": 1, "reps": 3, "min_reps": 2, "time_cap_s": 0.3}
+    elif device == "cpu":
+        timing = {"warmup": 1, "reps": 8, "min_reps": 3, "time_cap_s": 1.5}
+    else:
+        timing = {"warmup": 3, "reps": 10, "min_reps": 3, "time_cap_s": 5.0}
+    timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
+    mode = (
+        {"fp32": ", TF32 off", "tf32": ", TF32 on"}.get(precision, "") if device == "cuda" else ""
+    )
+    library = {"cpu": "oneDNN", "cuda": "cuDNN"}.get(device, "MPS")
+    cands: list[dict] = []
+    for kind, kw in compute_candidates(
+        device, precision, quick=quick, probe_flops=probe and probe["flops_best"]
+    ):
+        try:
+            if kind == "gemm":
+                extra = {"inner": 5} if device == "cuda" else {}
+                res = bench_gemm(device, precision, **kw, **timing, **extra)
+                how = "FLOPs = 2*M*N*K, rotating input sets"
+            else:
+                res = bench_conv(device, precision, **kw, **timing)
+                how = f"{library}; {CONV_FLOP_NOTE}"
+        except (RuntimeError, NotImplementedError) as exc:
+            cands.append({"kind": kind, "params": kw, "error": str(exc)})
+            continue
+        cands.append(
+            {
+                "kind": kind,
+                "method": f"{_describe(kind, res)}{mode}; {how}",
+                "params": kw,
+                "flop": res["flop"],
+                "reps": res["reps"],
+                "times_s": res["times_s"],
+                "flops_best": res["flops_best"],
+                "flops_median": res["flops_median"],
+            }
+        )
+    ok = [c for c in cands if "flops_best" in c]
+    if not ok:
+        errors = "; ".join(c["error"] for c in cands)
+        raise RuntimeError(f"every compute microbenchmark failed for {precision}: {errors}")
+    best = max(range(len(cands)), key=lambda i: cands[i].get("flops_best", -1.0))
+    for i, c in enumerate(cands):
+        c["set_roof"] = i == best
+    win = cands[best]
+    n_gemm = sum(1 for c in ok if c["kind"] == "gemm")
+    n_conv = len(ok) - n_gemm
+    method = (
+        f"best of {len(ok)} microbenchmarks ({n_gemm} GEMMs through torch.matmul, "
+        f"{n_conv} convolutions through {library}), each at its best repeat after warm-up, "
+        f"{timer}; {threads} thread(s); set by: {win['method']}"
+        + ("; QUICK mode: tiny sizes, not a real ceiling" if quick else "")
+    )
+    return {
+        "kind": "compute",
+        "precision": precision,
+        "source": "measured",
+        "value": win["flops_best"],
+        "method": method,
+        "statistic": "best",
+        "median": win["flops_median"],
+        "set_by": win["method"],
+        "candidates": cands,
+        "times_s": win["times_s"],
+    }
+
+
+def stream_array_bytes(
+    llc_bytes: int | None, ram_bytes: int | None, *, quick: bool = False
+) -> tuple[int, str]:
+    """Bytes per STREAM array: >= 4x the last-level cache (64 MiB if unknown), RAM permitting."""
+    if quick:
+        return 4 * MiB, "QUICK mode: 4 MiB arrays (cache-resident, not a DRAM roof)"
+    if llc_bytes:
+        want, why = 4 * int(llc_bytes), f"4x the last-level cache ({llc_bytes / MiB:g} MiB)"
+    else:
+        want, why = 64 * MiB, "64 MiB (last-level cache size unknown)"
+    want = max(want, 64 * MiB) if llc_bytes else want
+    if ram_bytes and 3 * want > ram_bytes // 4:
+        want = ram_bytes // 12
+        why += f", capped at a quarter of RAM for 3 arrays ({want / MiB:.0f} MiB)"
+    return int(want), why
+
+
+def bench_stream(
+    device: str,
+    array_bytes: int,
+    *,
+    reps: int = 10,
+    min_reps: int = 3,
+    time_cap_s: float = 4.0,
+) -> dict:
+    """STREAM triad (a = b + s*c) and copy (a = b) over float64 arrays; bytes/s per repeat."""
+    import torch
+
+    from dnnroofline.stats import summarize
+
+    dtype = torch.float64 if device != "mps" else torch.float32  # MPS has no float64
+    item = torch.tensor([], dtype=dtype).element_size()
+    n = max(1, array_bytes // item)
+    a = torch.zeros(n, dtype=dtype, device=device)  # zeros: first touch outside the timing
+    b = torch.full((n,), 1.0, dtype=dtype, device=device)
+    c = torch.full((n,), 2.0, dtype=dtype, device=device)
+    s = 3.0
+    kernels = {
+        "triad": (lambda: torch.add(b, c, alpha=s, out=a), 3 * n * item),
+        "copy": (lambda: a.copy_(b), 2 * n * item),
+    }
+    out = {}
+    with torch.inference_mode():
+        for name, (fn, nbytes) in kernels.items():
+            fn()  # warm-up
+            _sync(device)
+            times: list[float] = []
+            t_start = time.monotonic()
+            while len(times) < reps:
+                if device == "cuda":
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                else:
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    fn()
+                    _sync(device)
+                    times.append(time.perf_counter() - t0)
+                if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
+                    break
+            stats = summarize(times)
+            out[name] = {
+                "bytes": nbytes,
+                "times_s": stats,
+                "bw_best": nbytes / stats["min"],
+                "bw_median": nbytes / stats["median"],
+                "reps": len(times),
+            }
+        # The triad's last value must be b + s*c = 1 + 3*2 (after the copy a == b == 1).
+        torch.add(b, c, alpha=s, out=a)
+        if float(a[0]) != 7.0 or float(a[-1]) != 7.0:
+            raise RuntimeError("STREAM triad check failed: a != b + s*c")
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "elements": n,
+        "array_bytes": n * item,
+        **out,
+    }
+
+
+def measure_memory(
+    device: str,
+    *,
+    quick: bool = False,
+    llc_bytes: int | None = None,
+    ram_bytes: int | None = None,
+    free_device_bytes: int | None = None,
+    threads: int = 1,
+) -> list[dict]:
+    """Measured memory roofs: STREAM triad and copy (CPU, MPS), device copy and triad (CUDA)."""
+    if device == "cpu":
+        array_bytes, why = stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
+    elif device == "cuda":
+        array_bytes = 64 * MiB if quick else 1024 * MiB
+        if free_device_bytes:
+            array_bytes = min(array_bytes, free_device_bytes // 8)
+        why = "device arrays far larger than L2" if not quick else "QUICK mode: 64 MiB arrays"
+    else:
+        array_bytes = 16 * MiB if quick else 512 * MiB
+        why = "QUICK mode" if quick else "512 MiB arrays"
+    res = bench_stream(
+        device,
+        array_bytes,
+        reps=3 if quick else 20,
+        min_reps=2 if quick else 3,
+        time_cap_s=1.0 if quick else 3.0,
+    )
+    timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
+    mib = res["array_bytes"] / MiB
+    size = f"{res['elements']:,} {res['dtype']} elements ({mib:.0f} MiB) per array"
+    common = f"{size}: {why}; best of {{reps}} repeats after a warm-up (STREAM convention), {timer}"
+    if device == "cpu":
+        common += f"; {threads} thread(s)"
+    roofs = []
+    for name, desc in (
+        (
+            "triad",
+            "STREAM triad a = b + s*c via torch.add(b, c, alpha=s, out=a); bytes = 3 arrays "
+            "(read b, read c, write a; write-allocate not counted)",
+        ),
+        (
+            "copy",
+            ("device-to-device copy dst.copy_(src)" if device == "cuda" else "STREAM copy a = b")
+            + "; bytes = read + write (2 arrays)",
+        ),
+    ):
+        r = res[name]
+        roofs.append(
+            {
+                "kind": "memory",
+                "precision": None,
+                "source": "measured",
+                "value": r["bw_best"],
+                "method": f"{desc}; {common.format(reps=r['reps'])}",
+                "benchmark": "d2d_copy" if (device == "cuda" and name == "copy") else name,
+                "statistic": "best",
+                "median": r["bw_median"],
+                "bytes_per_repeat": r["bytes"],
+                "times_s": r["times_s"],
+            }
+        )
+    return roofs

@@ -1,0 +1,450 @@
+"""The study's inputs as the report reads them: the ledgers prepared, the config's matrix,
+run ids, per-configuration throughput, roofs and ridge points.
+
+Pure logic, shared by every section; no HTML here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dnnroofline import roofline
+from dnnroofline.aggregate import METRICS_COLUMNS, POINTS_COLUMNS
+from dnnroofline.errors import InputError
+from dnnroofline.report.format import isnum, missing
+
+PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+
+# The ledgers' columns are defined once, where they are written.
+METRIC_COLUMNS = tuple(METRICS_COLUMNS)
+METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "device")
+
+POINT_COLUMNS = tuple(POINTS_COLUMNS)
+POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound", "ai_note")
+BOUNDS = ("memory", "compute", "inconclusive")
+
+#: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
+#: this is flagged as noisy.
+NOISY_CV = 0.05
+#: Below this share of its roof, a point is limited by neither roof: overheads.
+LOW_EFFICIENCY = 0.30
+#: Close to its roof above this share.
+HIGH_EFFICIENCY = 0.70
+#: A data-wait share of the step above this is worth fixing.
+HIGH_DATA_WAIT = 0.10
+
+GROUP = ["env", "model", "precision", "batch_size"]
+
+
+def _text_or_none(v: Any) -> str | None:
+    if missing(v):
+        return None
+    return str(v)
+
+
+def to_bool(v: Any) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if missing(v):
+        return False
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return bool(v)
+    return str(v).strip().lower() in ("true", "1", "yes", "y", "t")
+
+
+def prepare_frame(df: pd.DataFrame | None, columns: Sequence[str], text: Sequence[str]):
+    """Copy with every contract column present; text as str/None, the rest numeric."""
+    out = pd.DataFrame(columns=list(columns)) if df is None else df.copy()
+    for c in columns:
+        if c not in out.columns:
+            out[c] = np.nan
+    for c in out.columns:
+        if c in text:
+            out[c] = pd.Series([_text_or_none(v) for v in out[c]], index=out.index, dtype=object)
+        elif c in columns and c not in ("above_roof",):
+            out[c] = pd.to_numeric(out[c], errors="coerce")
+    return out.reset_index(drop=True)
+
+
+def prepare_metrics(metrics: pd.DataFrame | None) -> pd.DataFrame:
+    df = prepare_frame(metrics, METRIC_COLUMNS, METRIC_TEXT)
+    df["status"] = [(s or "unknown").strip().lower() for s in df["status"]]
+    return df
+
+
+def ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Runs that count: status ok and a positive throughput."""
+    m = prepare_metrics(metrics)
+    return m[(m["status"] == "ok") & (m["images_per_s"] > 0)]
+
+
+def failed_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Runs that did not produce a timing: status other than ok, or ok without timings."""
+    m = prepare_metrics(metrics)
+    return m[(m["status"] != "ok") | ~(m["images_per_s"] > 0)]
+
+
+def prepare_points(points: pd.DataFrame | None) -> pd.DataFrame:
+    """Valid roofline points, with ``eff`` (attained/roof), ``bound_`` and ``above``."""
+    df = prepare_frame(points, POINT_COLUMNS, POINT_TEXT)
+    if df.empty:
+        for c in ("eff", "bound_", "above", "gap"):
+            df[c] = pd.Series(dtype=object)
+        return df
+    # a point needs at least one ok run and an attained rate; failed runs never plot
+    keep = (df["attained_flops"] > 0) & ~(df["runs_ok"] <= 0)
+    df = df[keep].reset_index(drop=True)
+    effs, bounds, aboves = [], [], []
+    for _, r in df.iterrows():
+        att, roof = r["attained_flops"], r["roof_flops"]
+        eff = att / roof if isnum(att) and isnum(roof) and roof > 0 else r["efficiency"]
+        effs.append(float(eff) if isnum(eff) else math.nan)
+        b = (r["bound"] or "").strip().lower()
+        if b not in BOUNDS and isnum(r["ai"]) and isnum(r["ridge_ai"]):
+            b = "memory" if r["ai"] < r["ridge_ai"] else "compute"
+        bounds.append(b if b in BOUNDS else None)
+        above = to_bool(r["above_roof"]) or (isnum(eff) and eff > 1.0 + 1e-9)
+        aboves.append(above)
+    df["eff"] = effs
+    df["bound_"] = pd.Series(bounds, dtype=object)
+    df["above"] = aboves
+    df["gap"] = df["roof_flops"] - df["attained_flops"]
+    return df.sort_values(GROUP, kind="stable").reset_index(drop=True)
+
+
+def prepared(metrics, points, complexity=None, env_infos=None, ceilings=None) -> tuple:
+    """The inputs as the sections read them: (metrics, points, complexity index,
+    env_infos by env, ceilings by env)."""
+    return (
+        prepare_metrics(metrics),
+        prepare_points(points),
+        complexity_index(complexity),
+        keyed(env_infos),
+        keyed(ceilings),
+    )
+
+
+def keyed(objs: Any, key: str = "env") -> dict[str, dict]:
+    """``{env: obj}`` from a dict of them, or a list of dicts carrying ``env``."""
+    if objs is None:
+        return {}
+    if isinstance(objs, Mapping):
+        if key in objs and not isinstance(objs.get(key), Mapping):
+            return {str(objs[key]): dict(objs)}
+        return {str(k): dict(v) for k, v in objs.items() if isinstance(v, Mapping)}
+    out: dict[str, dict] = {}
+    for o in objs:
+        if isinstance(o, Mapping) and o.get(key) is not None:
+            out[str(o[key])] = dict(o)
+    return out
+
+
+def complexity_index(complexity: Any) -> dict[tuple[str, int], dict]:
+    """``{(arch, batch_size): complexity JSON}``."""
+    if complexity is None:
+        return {}
+    items = complexity.values() if isinstance(complexity, Mapping) else complexity
+    if isinstance(complexity, Mapping) and "arch" in complexity:
+        items = [complexity]
+    out = {}
+    for c in items:
+        if isinstance(c, Mapping) and c.get("arch") is not None and isnum(c.get("batch_size")):
+            out[(str(c["arch"]), int(c["batch_size"]))] = dict(c)
+    return out
+
+
+def study_cfg(config: Mapping | None) -> dict:
+    return dict((config or {}).get("study") or {})
+
+
+def envs_cfg(config: Mapping | None) -> dict[str, dict]:
+    envs = (config or {}).get("envs") or {}
+    return {str(k): dict(v or {}) for k, v in envs.items()}
+
+
+def env_matrix(config: Mapping | None, env: str) -> dict:
+    """The env's resolved matrix: models, precisions, batch sizes, runs, threads, device."""
+    study = study_cfg(config)
+    e = envs_cfg(config).get(env, {})
+    return {
+        "models": list(e.get("models") or study.get("models") or []),
+        "precisions": list(e.get("precisions") or study.get("precisions") or []),
+        "batch_sizes": [int(b) for b in (e.get("batch_sizes") or study.get("batch_sizes") or [])],
+        "runs": int(study.get("runs") or 1),
+        "threads": e.get("threads"),
+        "device": e.get("device", "auto"),
+    }
+
+
+def env_order(config: Mapping | None, *frames: pd.DataFrame) -> list[str]:
+    envs = list(envs_cfg(config))
+    for f in frames:
+        for e in f["env"] if len(f) else []:
+            if e and e not in envs:
+                envs.append(e)
+    return envs
+
+
+def make_run_id(env: str, model: str, precision: str, batch: int, run: int) -> str:
+    return f"{env}_{model}_{precision}_bs{int(batch)}_run{int(run)}"
+
+
+def parse_run_id(run_id: str, envs: Iterable[str], models: Iterable[str]) -> dict | None:
+    """Split ``{env}_{model}_{precision}_bs{batch}_run{N}`` with the configured names."""
+    alt = lambda names: "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))  # noqa: E731
+    envs, models = list(envs), list(models)
+    if not envs or not models:
+        return None
+    pat = (
+        rf"^(?P<env>{alt(envs)})_(?P<model>{alt(models)})_(?P<precision>[A-Za-z0-9]+)"
+        r"_bs(?P<batch_size>\d+)_run(?P<run>\d+)$"
+    )
+    m = re.match(pat, run_id)
+    if not m:
+        return None
+    d = m.groupdict()
+    d["batch_size"], d["run"] = int(d["batch_size"]), int(d["run"])
+    d["run_id"] = run_id
+    return d
+
+
+def expected_run_table(
+    config: Mapping | None, expected_runs: Any = None, metrics: pd.DataFrame | None = None
+) -> list[dict]:
+    """Expected runs as dicts ``{run_id, env, model, precision, batch_size, run}``.
+
+    From ``expected_runs`` where given (ids or dicts), else from the config's
+    matrix, numbering repeats 1..N (0..N-1 if the ledger shows a ``run0``).
+    """
+    envs = envs_cfg(config)
+    all_models = set(study_cfg(config).get("models") or [])
+    for e in envs.values():
+        all_models.update(e.get("models") or [])
+    if metrics is not None and not metrics.empty:
+        all_models.update(m for m in metrics["model"] if m)
+        env_names = set(envs) | {e for e in metrics["env"] if e}
+    else:
+        env_names = set(envs)
+    if expected_runs is not None:
+        out = []
+        for item in expected_runs:
+            if isinstance(item, Mapping):
+                rid = str(item.get("run_id") or "")
+                d = parse_run_id(rid, env_names | {str(item.get("env", ""))}, all_models) or {}
+                d = {**d, **{k: v for k, v in item.items() if v is not None}}
+                d["run_id"] = rid
+            else:
+                rid = str(item)
+                d = parse_run_id(rid, env_names, all_models) or {"run_id": rid}
+            out.append(d)
+        return out
+    base = 1
+    if metrics is not None and not metrics.empty and (metrics["run"] == 0).any():
+        base = 0
+    out = []
+    for env in envs:
+        mx = env_matrix(config, env)
+        for model in mx["models"]:
+            for prec in mx["precisions"]:
+                for b in mx["batch_sizes"]:
+                    for n in range(base, base + mx["runs"]):
+                        out.append(
+                            {
+                                "run_id": make_run_id(env, model, prec, b, n),
+                                "env": env,
+                                "model": model,
+                                "precision": prec,
+                                "batch_size": b,
+                                "run": n,
+                            }
+                        )
+    return out
+
+
+def missing_runs(expected: list[dict], metrics: pd.DataFrame) -> list[dict]:
+    present = {r for r in metrics["run_id"] if r}
+    return [e for e in expected if e["run_id"] not in present]
+
+
+def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per (env, model, precision, batch) over ok runs only: images/s and step-time spread."""
+    m = ok_runs(metrics)
+    cols = GROUP + [
+        "n_ok",
+        "ips_median",
+        "ips_min",
+        "ips_max",
+        "step_median",
+        "step_p5",
+        "step_p95",
+        "step_cv_max",
+        "repeat_cv",
+        "data_wait_share",
+        "noisy",
+    ]
+    if m.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, g in m.groupby(GROUP, sort=True, dropna=False):
+        ips = g["images_per_s"].astype(float)
+        repeat_cv = float(ips.std(ddof=1) / ips.mean()) if len(ips) > 1 else math.nan
+        step_cv = g["step_cv"].max()
+        share = (g["data_wait_median_s"] / g["step_median_s"]).median()
+        noisy = (isnum(step_cv) and step_cv > NOISY_CV) or (
+            isnum(repeat_cv) and repeat_cv > NOISY_CV
+        )
+        rows.append(
+            [
+                *key,
+                len(g),
+                float(ips.median()),
+                float(ips.min()),
+                float(ips.max()),
+                g["step_median_s"].median(),
+                g["step_p5_s"].min(),
+                g["step_p95_s"].max(),
+                step_cv,
+                repeat_cv,
+                share,
+                bool(noisy),
+            ]
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def valid_roofs(ceil: Mapping | None) -> list[roofline.Roof]:
+    """The valid roofs of a ceilings JSON (dnnroofline.roofline rules; bad entries skipped).
+
+    The roofline stage already refused invalid ceilings; the report still renders
+    whatever is valid, so one bad entry never hides the rest.
+    """
+    entries = (ceil or {}).get("roofs") or []
+    try:
+        return roofline.parse_roofs({"roofs": list(entries)})
+    except InputError:
+        out = []
+        for e in entries:
+            try:
+                out += roofline.parse_roofs({"roofs": [e]})
+            except InputError:
+                continue
+        return out
+
+
+def pick_roof(
+    roofs: list[roofline.Roof],
+    kind: str,
+    precision: str | None,
+    sources: Sequence[str] = roofline.ROOF_SOURCES,
+) -> roofline.Roof | None:
+    """The roof the roofline stage uses (:func:`roofline.select_roof`), from ``sources`` only."""
+    return roofline.select_roof([r for r in roofs if r.source in sources], kind, precision)
+
+
+def ridge_for(env: str, precision: str, points: pd.DataFrame, ceilings: Mapping) -> dict | None:
+    """The ridge the points used for (env, precision), else from ceilings (measured first)."""
+    p = points[(points["env"] == env) & (points["precision"] == precision)] if len(points) else []
+    if len(p) and p["ridge_ai"].notna().any():
+        src = next((s for s in p["roof_source"] if s), None)
+        return {
+            "ridge": float(p["ridge_ai"].median()),
+            "peak": float(p["peak_flops"].median()),
+            "bw": float(p["peak_bandwidth"].median()),
+            "source": src or "as in roofline_points.csv",
+        }
+    roofs = valid_roofs(ceilings.get(env))
+    c = pick_roof(roofs, "compute", precision)
+    m = pick_roof(roofs, "memory", None)
+    if not c or not m:
+        return None
+    src = c.source if c.source == m.source else f"compute={c.source};memory={m.source}"
+    return {
+        "ridge": c.value / m.value,
+        "peak": c.value,
+        "bw": m.value,
+        "source": src,
+    }
+
+
+def analytic_ai(cx: Mapping, precision: str | None = None) -> float:
+    """Training FLOPs per step / analytic minimum DRAM bytes per step."""
+    flops = (cx.get("flops") or {}).get("train_step")
+    by = (cx.get("by_precision") or {}).get(precision or "fp32") or {}
+    dram = by.get("min_dram_bytes_per_step") or cx.get("min_dram_bytes_per_step")
+    if isnum(flops) and isnum(dram) and float(dram) > 0:
+        return float(flops) / float(dram)
+    return math.nan
+
+
+def depthwise_share(cx: Mapping) -> float:
+    by = (cx.get("flops") or {}).get("by_layer_type") or {}
+    total = sum(layer_total(v) for v in by.values())
+    dw = sum(layer_total(v) for k, v in by.items() if "depthwise" in str(k).lower())
+    return dw / total if total > 0 else 0.0
+
+
+def layer_total(v: Any) -> float:
+    if isinstance(v, Mapping):
+        return sum(float(x) for x in (v.get("forward"), v.get("backward")) if isnum(x))
+    return float(v) if isnum(v) else 0.0
+
+
+def env_device(env: str, config: Mapping | None, env_infos: Mapping) -> str:
+    info = env_infos.get(env) or {}
+    dev = info.get("device") or env_matrix(config, env)["device"] or "auto"
+    return str(dev)
+
+
+def env_threads(env: str, config: Mapping | None, env_infos: Mapping, metrics=None):
+    t = env_matrix(config, env)["threads"]
+    if t is None and metrics is not None and len(metrics):
+        tt = metrics.loc[metrics["env"] == env, "threads"].dropna()
+        if len(tt):
+            t = int(tt.iloc[0])
+    return t
+
+
+def env_hw(env: str, env_infos: Mapping, ceilings: Mapping | None = None) -> str:
+    info = env_infos.get(env) or {}
+    gpus = info.get("gpus") or []
+    if gpus:
+        return ", ".join(str(g.get("name")) for g in gpus if isinstance(g, Mapping))
+    if info.get("cpu_model"):
+        return str(info["cpu_model"])
+    return str(((ceilings or {}).get(env) or {}).get("device_name") or "unknown hardware")
+
+
+def label(r: Mapping) -> str:
+    return f"{r['env']} · {r['model']} · {r['precision']} · bs {int(r['batch_size'])}"
+
+
+def measured_here(env: str, run: Mapping, config: Mapping | None, env_infos: Mapping) -> bool:
+    """Whether this machine measures ``env``: the matrix's flag, else the config, else env_info."""
+    flag = run.get("measured_here")
+    if isinstance(flag, bool):
+        return flag
+    measure = (config or {}).get("measure_envs")
+    if isinstance(measure, (list, tuple)):
+        return env in measure
+    return not env_infos or env in env_infos
+
+
+def find_row(df: pd.DataFrame, r: Mapping, keys: Sequence[str] = GROUP) -> dict | None:
+    """The row of ``df`` with ``r``'s values in ``keys`` (as a dict), or None."""
+    if not len(df):
+        return None
+    sel = np.ones(len(df), dtype=bool)
+    for k in keys:
+        sel &= (df[k] == r[k]).to_numpy()
+    return df[sel].iloc[0].to_dict() if sel.any() else None
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """The rows of ``df`` as plain dicts."""
+    return [r.to_dict() for _, r in df.iterrows()]

@@ -1,0 +1,74 @@
+"""The roofline section: ceilings per env (measured against datasheet), ridge points, and
+every point with its roof, efficiency and bound."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from dnnroofline.report import data
+from dnnroofline.report.render import section
+
+
+def facts(
+    ceilings: Mapping | Sequence | None, points: pd.DataFrame | None, config: Mapping | None = None
+) -> dict:
+    """Ceilings per env (measured vs datasheet), ridge points, and the point table."""
+    ceilings = data.keyed(ceilings)
+    pts = data.prepare_points(points)
+    envs = list(data.envs_cfg(config)) if config else []
+    for e in list(ceilings) + [e for e in pts["env"] if e]:
+        if e not in envs:
+            envs.append(e)
+    return {
+        "above": [dict(r, label=data.label(r)) for r in data.records(pts[pts["above"]])]
+        if len(pts)
+        else [],
+        "ceilings": [env_ceilings(env, ceilings.get(env)) for env in envs],
+        "points": [(env, data.records(g)) for env, g in pts.groupby("env", sort=True)],
+    }
+
+
+def env_ceilings(env: str, ceil: Mapping | None) -> dict:
+    """An env's roofs, measured next to datasheet per (kind, precision), and its ridge points."""
+    if not ceil:
+        return {"env": env, "present": False}
+    roofs = data.valid_roofs(ceil)
+    keys = []
+    for r in roofs:
+        if (r.kind, r.precision) not in keys:
+            keys.append((r.kind, r.precision))
+    rows = []
+    for kind, prec in keys:
+        meas = data.pick_roof(roofs, kind, prec, sources=("measured",))
+        ds = data.pick_roof(roofs, kind, prec, sources=("datasheet",))
+        rows.append(
+            {
+                "kind": kind,
+                "precision": prec,
+                "measured": meas.value if meas else None,
+                "method": (meas.note or "–") if meas else "–",
+                "datasheet": ds.value if ds else None,
+                "citation": (ds.note or "–") if ds else "–",
+                "ratio": meas.value / ds.value if meas and ds else None,
+            }
+        )
+    ridges = []
+    for prec in sorted({p for k, p in keys if k == "compute" and p}):
+        for src in ("measured", "datasheet"):
+            c = data.pick_roof(roofs, "compute", prec, sources=(src,))
+            mm = data.pick_roof(roofs, "memory", None, sources=(src,))
+            if c and mm:
+                ridges.append({"precision": prec, "source": src, "ridge": c.value / mm.value})
+    return {
+        "env": env,
+        "present": True,
+        "device": ceil.get("device_name") or ceil.get("device") or "",
+        "threads": ceil.get("threads"),
+        "rows": rows,
+        "ridges": ridges,
+    }
+
+
+roofline_section = section("roofline.html", facts)

@@ -1,0 +1,20 @@
+"""A torch.profiler trace of a few training steps after warm-up, and its top-operators table.
+
+    python workflow/scripts/trace_step.py --arch resnet18 --batch-size 8 --image-size 128 \
+        --warmup-iters 3 --steps 3 --synthetic --trace-out t.json --table-out t.ops.json \
+        --csv-out t.ops.csv
+
+Takes the driver's step flags (run_train.py's, but --steps for --iters). Exit 0 when the
+files were written (status ok, oom or error), 2 for bad arguments. The logic lives in
+``dnnroofline.traces``.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dnnroofline.traces import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
