@@ -225,6 +225,7 @@ def test_eager_compiled_and_data_parallel_envs_compared_in_the_report(tmp_path, 
             "data": "synthetic",
         },
         "ceilings": {"quick": True},
+        "traces": {"enabled": False},  # another compile; the traces are tested on their own
     }
     write_config(tmp_path, config)
     snakemake(tmp_path, "--cores", "2", "results/report_sections/analysis.html")
