@@ -7,7 +7,13 @@ from snakemake.logging import logger
 
 from dnnroofline.envinfo import check_copied_env
 from dnnroofline.errors import InputError
-from dnnroofline.study import Study, alternation, detect_cpu_flags, detect_device
+from dnnroofline.study import (
+    Study,
+    alternation,
+    detect_cpu_flags,
+    detect_device,
+    detect_gpu_count,
+)
 
 
 def known_models():
@@ -44,6 +50,7 @@ try:
         known_models=known_models() if CHECK_MODELS else None,
         cpu_flags=detect_cpu_flags(),
         cluster_cpus=CLUSTER_CPUS,
+        gpu_count=detect_gpu_count(),
     )
     if CHECK_MODELS:
         check_custom_models(STUDY)
@@ -202,7 +209,7 @@ def run_args(wildcards):
         data,
         f"--workers {study['workers']}",
     ]
-    # how the env runs the step: compile, channels_last, cudnn_benchmark
+    # how the env runs the step: compile, channels_last, cudnn_benchmark, nproc
     return " ".join(flags + STUDY.option_flags(wildcards.menv))
 
 
@@ -278,6 +285,11 @@ def resolved_config():
 def env_threads(wildcards):
     """The measured env's declared threads (every measurement runs with them)."""
     return STUDY.threads(wildcards.menv)
+
+
+def job_threads(wildcards):
+    """The cores a measured env's run holds: every process's threads (nproc x threads)."""
+    return STUDY.job_threads(wildcards.menv)
 
 
 def env_device(wildcards):

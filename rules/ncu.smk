@@ -51,7 +51,7 @@ rule ncu:
         "results/{menv}/benchmarks/ncu/{menv}_{model}_{precision}_bs{batch}.tsv"
     conda:
         "../envs/profile.yaml"
-    threads: env_threads
+    threads: job_threads
     resources:
         **on_env_nodes(exclusive=True),
         measurement=1,

@@ -18,7 +18,7 @@ rule perf:
         "results/{menv}/logs/perf/{menv}_{model}_{precision}_bs{batch}.log",
     conda:
         "../envs/profile.yaml"
-    threads: env_threads
+    threads: job_threads
     resources:
         **on_env_nodes(exclusive=True),
         measurement=1,

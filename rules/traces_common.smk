@@ -3,12 +3,17 @@
 traces_settings = config.get("traces", {})
 
 
+def traced_envs():
+    """Envs measured here whose step a trace can profile: one process (not nproc > 1)."""
+    return [e for e in MEASURED if STUDY.nproc(e) == 1]
+
+
 def trace_configs():
-    """Configs with a trace: every config measured here, and the traces copied in
-    with another machine's results/{env}/traces/."""
+    """Configs with a trace: every config measured here (data-parallel envs aside), and
+    the traces copied in with another machine's results/{env}/traces/."""
     if not traces_settings.get("enabled", True):
         return []
-    configs = STUDY.configs(MEASURED)
+    configs = STUDY.configs(traced_envs())
     for env in copied_envs():
         for c in STUDY.configs([env]):
             if os.path.exists(f"results/{env}/traces/{c.config_key}.ops.json"):
@@ -25,7 +30,7 @@ def trace_targets():
     if not traces_settings.get("enabled", True):
         return []
     files = []
-    for c in STUDY.configs(MEASURED):
+    for c in STUDY.configs(traced_envs()):
         stem = f"results/{c.env}/traces/{c.config_key}"
         files += [f"{stem}.json", f"{stem}.ops.json", f"{stem}.ops.csv"]
     return files + ["results/report_sections/traces.html"]
@@ -37,5 +42,5 @@ def trace_benchmark_files():
         return []
     return [
         f"results/{c.env}/benchmarks/traces/{c.config_key}.tsv"
-        for c in STUDY.configs(MEASURED)
+        for c in STUDY.configs(traced_envs())
     ]

@@ -1,5 +1,6 @@
 # Timed, uninstrumented training runs: one measurement at a time (resource
-# "measurement", capped at 1 by profiles/default), with the env's threads. A crash or
+# "measurement", capped at 1 by profiles/default), holding the cores of all the env's
+# processes (nproc x threads; the driver gives each DDP rank its threads). A crash or
 # OOM inside a run is that run's status (exit 0); the driver refuses (exit 2, nothing
 # written, the reason shown) a machine that is not the env's (--env-info).
 
@@ -15,7 +16,7 @@ rule train:
         "results/{menv}/logs/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.log",
     conda:
         "../envs/train.yaml"
-    threads: env_threads
+    threads: job_threads
     resources:
         **on_env_nodes(exclusive=True),
         measurement=1,

@@ -279,6 +279,33 @@ def test_points_by_hand():
     assert not p["above_roof"]
 
 
+def test_data_parallel_point_is_one_ranks_and_images_count_every_rank():
+    # 2 ranks of batch 16: the run's images/s is 2 x 16 / the slowest rank's median step
+    runs = [make_run("ddp", "resnet18", "fp32", 16, 1, median=0.2)]
+    runs[0]["config"]["nproc"] = 2
+    runs[0]["images_per_s"] = 2 * 16 / 0.2
+    metrics = metrics_frame(runs)
+    assert list(metrics["nproc"]) == [2]
+    assert list(metrics_frame(LOCAL_RUNS)["nproc"]) == [1] * 4  # runs that predate nproc
+    pts = roofline_points_frame(
+        metrics, {("resnet18", 16): make_complexity("resnet18", 16)}, {"ddp": make_ceilings("ddp")}
+    )
+    p = pts.iloc[0]
+    assert p["nproc"] == 2
+    assert p["images_per_s"] == pytest.approx(160.0)
+    # one rank's FLOPs at its batch over the step: 1.1e10 / 0.2 s
+    assert p["flop_per_step"] == 1.1e10
+    assert p["attained_flops"] == pytest.approx(5.5e10)
+
+
+@pytest.mark.parametrize("nproc", [0, "2", True])
+def test_bad_nproc_in_a_run_is_refused_naming_it(nproc):
+    run = make_run("local", "resnet18", "fp32", 16, 1)
+    run["config"]["nproc"] = nproc
+    with pytest.raises(InputError, match=r"run #0: config.nproc must be a positive integer"):
+        metrics_frame([run])
+
+
 def test_group_without_ok_runs_is_a_row_but_never_a_point():
     runs = LOCAL_RUNS + [
         make_run("local", "resnet18", "bf16", 16, 1, status="oom", message="OOM"),

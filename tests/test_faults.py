@@ -226,6 +226,19 @@ BAD_CONFIGS = {
         ["envs.plots", "reserved"],
     ),
     "bad_env_name": (_bad(_set("envs.my box", {"device": "cpu"})), ["config envs", "'my box'"]),
+    "unknown_compile_mode": (
+        _bad(_set("envs.local.compile", "fast")),
+        ["envs.local.compile", "'fast'", "max-autotune"],
+    ),
+    "zero_nproc": (_bad(_set("envs.local.nproc", 0)), ["envs.local.nproc", "value 0"]),
+    "nproc_beyond_the_cores": (
+        _bad(_set("envs.local.nproc", 512)),
+        ["envs.local.nproc: 512 processes x 1 thread = 512 threads exceed this machine's"],
+    ),
+    "nproc_on_mps": (
+        _bad(_set("envs.mac", {"device": "mps", "nproc": 2})),
+        ["envs.mac.nproc: 2 on device mps", "one device per process"],
+    ),
     "zero_trace_steps": (_bad(_set("traces.steps", 0)), ["traces.steps", "value 0"]),
     "unknown_measure_env": (
         _bad(_set("measure_envs", ["lokal"])),

@@ -150,7 +150,7 @@ def test_cli_records_unavailable_from_the_envs_probe(tmp_path):
 # ----------------------------------------------------------------------------- aggregation
 
 
-def _frame(perf_doc, precision="fp32"):
+def _frame(perf_doc, precision="fp32", nproc=1):
     comp = {
         "arch": "toy",
         "batch_size": 8,
@@ -168,7 +168,9 @@ def _frame(perf_doc, precision="fp32"):
             ],
         }
     }
-    metrics = aggregate.metrics_frame([make_run("local", "toy", precision, 8, 1, median=1e-3)])
+    run = make_run("local", "toy", precision, 8, 1, median=1e-3)
+    run["config"]["nproc"] = nproc
+    metrics = aggregate.metrics_frame([run])
     key = ("local", "toy", precision, 8)
     return aggregate.roofline_points_frame(
         metrics, {("toy", 8): comp}, ceilings, perf={key: perf_doc}
@@ -184,6 +186,14 @@ def test_perf_counts_give_a_measured_ai_with_the_range_beside_it():
     # a measured AI gets a plain bound from its own value: 40 < ridge 50, although the
     # analytic range (25-100) straddles the ridge
     assert r["bound"] == "memory"
+
+
+def test_perf_counts_of_a_data_parallel_run_are_shared_by_its_ranks():
+    # perf stat counts every process of the run; a data-parallel point is one rank's
+    doc = {"status": "ok", "flop_per_step": 2_400_000.0, "dram_bytes_per_step": 60_000.0}
+    r = _frame(doc, nproc=2)
+    assert r["flop_per_step"] == 1_200_000 and r["bytes_per_step"] == 30_000
+    assert r["ai"] == pytest.approx(40.0)
 
 
 def test_perf_not_used_when_unavailable_or_for_bf16():

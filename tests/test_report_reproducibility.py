@@ -50,6 +50,14 @@ def test_run_command_reproduces_run():
     assert "--precision bf16" in cmd
     assert "--arch resnet50 --image-size 224 --num-classes 10 --batch-size 8 " in cmd
     assert "--data '/data/my imagenet' --workers 4 --channels-last" in cmd
+    # a data-parallel env: its processes, and the threads of all of them for the launcher
+    cfg["envs"]["ddp"] = {"device": "cpu", "nproc": 2, "threads": 3}
+    cmd = run_command(
+        cfg,
+        {"run_id": "r", "env": "ddp", "model": "resnet50", "precision": "fp32", "batch_size": 8},
+    )
+    assert cmd.startswith("OMP_NUM_THREADS=6 python workflow/scripts/run_train.py")
+    assert "--channels-last --nproc 2 --env ddp --expect-threads 3" in cmd
 
 
 def test_reproducibility_lists_commands(sections):

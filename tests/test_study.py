@@ -150,6 +150,7 @@ def test_envs_differing_only_in_options_are_both_measured():
         "compile": "max-autotune",
         "channels_last": True,
         "cudnn_benchmark": None,
+        "nproc": 1,
     }
     assert {r.env for r in study.runs()} == {"eager", "opt"}
 
@@ -167,6 +168,48 @@ def test_bad_env_options_are_refused_with_key_and_value(options, overrides, expe
     config["study"].update(overrides)
     with pytest.raises(InputError, match=re.escape(expected)):
         make_study(config)
+
+
+def test_data_parallel_env_holds_every_process_threads():
+    study = make_study(_env_config(nproc=2))  # 2 processes x 2 threads on 8 cores
+    assert (study.nproc("opt"), study.threads("opt"), study.job_threads("opt")) == (2, 2, 4)
+    assert study.option_flags("opt") == ["--nproc 2"]
+    assert study.options("opt")["nproc"] == 2
+    assert (study.nproc("eager"), study.job_threads("eager"), study.option_flags("eager")) == (
+        1,
+        2,
+        [],
+    )
+    config = _env_config(nproc=4)
+    del config["envs"]["opt"]["threads"]  # default: the machine's cores shared
+    assert make_study(config).threads("opt") == 2
+
+
+@pytest.mark.parametrize(
+    "options, device, kw, expected",
+    [
+        ({"nproc": 0}, "cpu", {}, "envs.opt.nproc: 0 is not a process count"),
+        ({"nproc": 5}, "cpu", {}, "envs.opt.nproc: 5 processes x 2 threads = 10 threads "
+         "exceed this machine's 8 cores"),
+        ({"nproc": 9, "threads": None}, "cpu", {}, "envs.opt.nproc: 9 processes of at least 1 "
+         "thread exceed this machine's 8 cores"),
+        ({"nproc": 2, "device": "mps"}, "mps", {}, "envs.opt.nproc: 2 on device mps"),
+        ({"nproc": 2, "device": "cuda"}, "cuda", {"gpu_count": 1}, "envs.opt.nproc: 2 processes "
+         "on device cuda, but this machine has 1 GPU(s)"),
+    ],
+)  # fmt: skip
+def test_bad_nproc_is_refused_with_key_and_value(options, device, kw, expected):
+    config = _env_config(**{k: v for k, v in options.items() if v is not None})
+    if options.get("threads", 0) is None:
+        del config["envs"]["opt"]["threads"]
+    config["envs"]["eager"]["device"] = options.get("device", "cpu")
+    with pytest.raises(InputError, match=re.escape(expected)):
+        make_study(config, device=device, **kw)
+
+
+def test_nproc_of_another_machine_is_not_held_to_this_ones_cores():
+    config = _env_config(nproc=16, device="cuda")  # measured on a GPU box, not here
+    assert make_study(config, device="cpu").nproc("opt") == 16
 
 
 def test_model_entry_mapping_sets_its_own_size_and_factory():

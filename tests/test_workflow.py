@@ -181,3 +181,84 @@ def test_rerun_does_only_new_work(tiny_study, tmp_path):
     assert counts["complexity"] == 4
     assert counts["trace"] == 4
     assert "ceilings" not in counts and "env_info" not in counts
+
+
+needs_two_cores = pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2, reason="2 data-parallel processes of 1 thread need 2 cores"
+)
+
+
+@needs_two_cores
+def test_cpu_envs_example_plans_eager_compiled_and_data_parallel(tmp_path):
+    write_config(tmp_path, yaml.safe_load((ROOT / "config/examples/cpu_envs.yaml").read_text()))
+    out = snakemake(tmp_path, "-n", "-p", "--cores", "2").stdout
+    for env in ("cpu", "cpu_compiled", "cpu_ddp"):
+        for model in ("resnet18", "mobilenet_v2"):
+            assert f"results/{env}/runs/{env}_{model}_fp32_bs8_run2.json" in out
+    # a trace profiles one process: the data-parallel env has none
+    assert "results/cpu/traces/cpu_resnet18_fp32_bs8.json" in out
+    assert "results/cpu_ddp/traces/" not in out
+    ddp = [c for c in out.split("\n") if "run_train.py" in c and "--env cpu_ddp" in c]
+    assert ddp and all("--nproc 2" in c and "--expect-threads 1" in c for c in ddp)
+    assert all("--compile default --channels-last" in c for c in out.split("\n")
+               if "run_train.py" in c and "--env cpu_compiled" in c)  # fmt: skip
+
+
+@needs_two_cores
+def test_eager_compiled_and_data_parallel_envs_compared_in_the_report(tmp_path, monkeypatch):
+    """Three envs on this machine, a tiny model: each measured, then compared."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "data" / "models"))
+    tiny = {"name": "tiny", "factory": "tiny_models:tiny_cnn", "image_size": 8, "num_classes": 10}
+    config = {
+        "envs": {
+            "cpu": {"device": "cpu"},
+            "cpu_compiled": {"device": "cpu", "compile": "default", "channels_last": True},
+            "cpu_ddp": {"device": "cpu", "nproc": 2, "threads": 1},
+        },
+        "study": {
+            "models": [tiny],
+            "precisions": ["fp32"],
+            "batch_sizes": [2],
+            "runs": 1,
+            "warmup_iters": 1,
+            "iters": 3,
+            "data": "synthetic",
+        },
+        "ceilings": {"quick": True},
+        "traces": {"enabled": False},  # another compile; the traces are tested on their own
+    }
+    write_config(tmp_path, config)
+    snakemake(tmp_path, "--cores", "2", "results/report_sections/analysis.html")
+    results = tmp_path / "results"
+    metrics = {r["env"]: r for r in read_csv(results / "metrics.csv")}
+    assert {r["status"] for r in metrics.values()} == {"ok"}
+    assert (metrics["cpu_ddp"]["nproc"], metrics["cpu_ddp"]["threads"]) == ("2", "1")
+    runs = {e: json.loads((results / e / "runs" / f"{e}_tiny_fp32_bs2_run1.json").read_text())
+            for e in metrics}  # fmt: skip
+    ddp = runs["cpu_ddp"]
+    assert ddp["omp_num_threads"] == "2"  # the job held both processes' cores
+    assert [len(r["step_time_s"]["all"]) for r in ddp["ranks"]] == [3, 3]
+    slowest = max(r["step_time_s"]["median"] for r in ddp["ranks"])
+    assert ddp["images_per_s"] == pytest.approx(2 * 2 / slowest)
+    compiled = runs["cpu_compiled"]
+    assert 0 < compiled["first_step_s"] <= compiled["warmup_s"]
+    spans = sorted((r["start_time"], r["end_time"]) for r in runs.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (results / "report_sections" /
+                                                        "analysis.html").read_text()))  # fmt: skip
+    assert re.search(
+        r"tiny · fp32 · bs 2 on cpu_compiled \(torch.compile default\): first step [\d.,]+ m?s, "
+        r"warm-up [\d.,]+ m?s, compile overhead .* eager on cpu a step takes .*: "
+        r"compiling (pays off after [\d,]+ steps?|never pays off here)",
+        text,
+    ), text[:3000]
+    cpu_threads = int(metrics["cpu"]["threads"])
+    eff = float(metrics["cpu_ddp"]["images_per_s"]) / (
+        float(metrics["cpu"]["images_per_s"]) * 2 / cpu_threads
+    )
+    assert (
+        "on cpu_ddp (eager, DDP 2 processes x 1 thread (gloo)): " in text
+        and f"against cpu (1 process x {cpu_threads} threads)" in text
+        and f"scaling efficiency {eff * 100:.1f}%" in text
+    ), text[:3000]

@@ -22,3 +22,32 @@ def not_a_module(num_classes: int = 10):
 def needs_large_input(num_classes: int = 10) -> nn.Module:
     """Fails at 8 px: the 9x9 convolution needs at least 9 px."""
     return nn.Sequential(nn.Conv2d(3, 4, 9), nn.Flatten(), nn.LazyLinear(num_classes))
+
+
+class RankFault(nn.Module):
+    """tiny_cnn whose second forward fails on one rank of a data-parallel run: ``raise``
+    (an exception), ``kill`` (SIGKILL, as the OOM killer does) or ``hang`` (sleeps)."""
+
+    def __init__(self, num_classes: int, rank: int, how: str):
+        super().__init__()
+        self.net, self.rank, self.how, self.calls = tiny_cnn(num_classes), rank, how, 0
+
+    def forward(self, x):
+        import os
+        import signal
+        import time
+
+        import torch.distributed as dist
+
+        self.calls += 1
+        if self.calls == 2 and dist.is_initialized() and dist.get_rank() == self.rank:
+            if self.how == "raise":
+                raise RuntimeError(f"fault injected on rank {self.rank}")
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(600)
+        return self.net(x)
+
+
+def rank_fault(num_classes: int = 10, rank: int = 1, how: str = "raise") -> nn.Module:
+    return RankFault(num_classes, rank, how)

@@ -37,6 +37,13 @@ only when the whole range is on one side of the ridge, else ``inconclusive``. A
 measured point (``ncu``, ``perf``) keeps its own AI and bound, with the analytic range
 beside it for comparison. NaN where the complexity JSON has no traffic table.
 
+Data-parallel envs (``nproc`` > 1): a point is one rank's, the roofline way of
+multi-GPU studies: FLOPs and bytes of one rank's step (the complexity at the per-process
+batch, rank 0's ncu capture, the perf counts of all ranks / nproc) over the slowest
+rank's median step, against the roof of one rank's share of the machine (the ceilings
+job measures with the env's threads per process; one GPU on CUDA). ``images_per_s``
+counts every rank.
+
 Peaks: the env's ceilings ``roofs``; compute roof selected by the *pipeline*
 precision name (fp32, tf32, amp, bf16; ``fp16`` accepted for amp), measured
 preferred over datasheet (see :mod:`dnnroofline.roofline`). A missing peak
@@ -72,6 +79,7 @@ METRICS_COLUMNS = [
     "message",
     "device",
     "threads",
+    "nproc",
     "images_per_s",
     "step_median_s",
     "step_p5_s",
@@ -97,6 +105,7 @@ _RUN_PERF_COLUMNS = [
 ]
 _METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
 _METRICS_INT_NULLABLE = ["threads", "max_rss_bytes", "peak_device_memory_bytes"]
+_METRICS_INT = ["batch_size", "run", "nproc"]
 
 POINTS_COLUMNS = [
     "env",
@@ -129,6 +138,8 @@ POINTS_COLUMNS = [
     "executed_flops",
     "useful_flops",
     "ai_note",
+    # issue 11: data-parallel processes; a point with nproc > 1 is one rank's
+    "nproc",
 ]
 _POINTS_FLOAT = [
     "flop_per_step",
@@ -256,6 +267,7 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         "message": run.get("message"),
         "device": config.get("device") if config.get("device") is not None else run.get("device"),
         "threads": _num(config.get("threads"), f"{where}: config.threads"),
+        "nproc": _nproc(config.get("nproc"), f"{where}: config.nproc"),
         "images_per_s": _num(run.get("images_per_s"), f"{where}: images_per_s"),
         "step_median_s": _num(_get(run, "step_time_s", "median"), f"{where}: step_time_s.median"),
         "step_p5_s": _num(_get(run, "step_time_s", "p5"), f"{where}: step_time_s.p5"),
@@ -277,6 +289,15 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         for key in _RUN_PERF_COLUMNS:
             row[key] = math.nan
     return row
+
+
+def _nproc(value: object, where: str) -> int:
+    """A run's data-parallel process count; runs from before issue 11 had one."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{where} must be a positive integer, got {value!r}")
+    return value
 
 
 def check_run_path(row: Mapping, where: str) -> None:
@@ -338,7 +359,7 @@ def metrics_frame(runs: Sequence[Mapping], sources: Sequence[str] | None = None)
     df[_METRICS_FLOAT] = df[_METRICS_FLOAT].astype("float64")
     for col in _METRICS_INT_NULLABLE:
         df[col] = pd.array(df[col].astype("float64"), dtype="Int64")
-    df[["batch_size", "run"]] = df[["batch_size", "run"]].astype("int64")
+    df[_METRICS_INT] = df[_METRICS_INT].astype("int64")
     return df
 
 
@@ -348,7 +369,8 @@ def metrics_frame(runs: Sequence[Mapping], sources: Sequence[str] | None = None)
 def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per (env, model, precision, batch_size): run counts and timing statistics over ok runs.
 
-    Columns: GROUP_KEYS, runs_ok, runs_failed, step_median_s (median of the run
+    Columns: GROUP_KEYS, nproc (data-parallel processes; 1 where metrics lack it),
+    runs_ok, runs_failed, step_median_s (median of the run
     medians), step_spread_s (max - min of the run medians), images_per_s
     (median), images_per_s_min, images_per_s_max. NaN where runs_ok == 0.
     """
@@ -370,9 +392,11 @@ def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
         steps = ok["step_median_s"].astype(float)
         ips = ok["images_per_s"].astype(float)
         n_ok = len(ok)
+        nproc = int(g["nproc"].max()) if "nproc" in g and g["nproc"].notna().any() else 1
         rows.append(
             dict(
                 zip(GROUP_KEYS, key, strict=True),
+                nproc=nproc,
                 runs_ok=n_ok,
                 runs_failed=len(g) - n_ok,
                 step_median_s=float(steps.median()) if n_ok else math.nan,
@@ -383,6 +407,7 @@ def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
             )
         )
     cols = GROUP_KEYS + [
+        "nproc",
         "runs_ok",
         "runs_failed",
         "step_median_s",
@@ -392,8 +417,9 @@ def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
         "images_per_s_max",
     ]
     df = pd.DataFrame(rows, columns=cols)
-    df["batch_size"] = df["batch_size"].astype("int64")
-    df[["runs_ok", "runs_failed"]] = df[["runs_ok", "runs_failed"]].astype("int64")
+    df[["batch_size", "nproc", "runs_ok", "runs_failed"]] = df[
+        ["batch_size", "nproc", "runs_ok", "runs_failed"]
+    ].astype("int64")
     return df
 
 
@@ -579,6 +605,9 @@ def roofline_points_frame(
         row.update(executed_flops=executed, useful_flops=useful, ai_note=ncu_note(ncu.get(key)))
         perf_where = (perf_sources or {}).get(key, f"results/{env}/perf/{ncu_stem(*key)}.json")
         perf_c = perf_counts((perf or {}).get(key), precision, perf_where)
+        if perf_c is not None and g["nproc"] > 1:
+            # perf stat counts the whole process tree: every rank; a point is one rank's
+            perf_c = (perf_c[0] / g["nproc"], perf_c[1] / g["nproc"])
         if counts is not None:
             ai_source = "ncu"
         elif perf_c is not None:
@@ -628,8 +657,8 @@ def roofline_points_frame(
         rows.append(row)
     df = _sorted_frame(rows, POINTS_COLUMNS, GROUP_KEYS)
     df[_POINTS_FLOAT] = df[_POINTS_FLOAT].astype("float64")
-    df[["batch_size", "runs_ok", "runs_failed"]] = df[
-        ["batch_size", "runs_ok", "runs_failed"]
+    df[["batch_size", "runs_ok", "runs_failed", "nproc"]] = df[
+        ["batch_size", "runs_ok", "runs_failed", "nproc"]
     ].astype("int64")
     df["above_roof"] = df["above_roof"].astype(bool)
     return df

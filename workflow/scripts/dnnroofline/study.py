@@ -96,6 +96,14 @@ class ModelSpec:
         return f"{self.name!r} (factory {self.factory})" if self.factory else repr(self.name)
 
 
+def detect_gpu_count(root: str = "/proc/driver/nvidia/gpus") -> int | None:
+    """NVIDIA GPUs the driver lists (no torch import); None where there is no driver."""
+    try:
+        return len(os.listdir(root))
+    except OSError:
+        return None
+
+
 def detect_device() -> str:
     """The best device this machine has, without importing torch (DAG building stays fast).
 
@@ -127,11 +135,13 @@ class Study:
         cpu_count: int | None = None,
         cpu_flags: Iterable[str] | None = None,
         cluster_cpus: dict[str, int | None] | None = None,
+        gpu_count: int | None = None,
     ):
         self.config = config
         # envs whose jobs run on Slurm nodes (None: not a Slurm run), with the CPUs of
         # their partition's smallest node: this host's device and CPU are not theirs
         self.cluster_cpus = cluster_cpus
+        self._gpu_count = gpu_count  # NVIDIA GPUs on this machine (None: unknown)
         self.machine_device = machine_device
         self._cpu_flags = cpu_flags  # this machine's CPU flags (None: unknown)
         self.study = config["study"]
@@ -156,8 +166,21 @@ class Study:
         return self.machine_device if declared == "auto" else declared
 
     def threads(self, env: str) -> int:
-        node = (self.cluster_cpus or {}).get(env)
-        return int(self.envs[env].get("threads") or node or self._cpu_count)
+        """CPU threads per process: ``threads``, else the cores of the machine (this one,
+        or the smallest node of the env's Slurm partition) shared by the env's processes."""
+        declared = self.envs[env].get("threads")
+        if declared:
+            return int(declared)
+        cores = (self.cluster_cpus or {}).get(env) or self._cpu_count
+        return max(1, cores // self.nproc(env))
+
+    def nproc(self, env: str) -> int:
+        """Data-parallel processes of the env's step (DistributedDataParallel when > 1)."""
+        return int(self.envs[env].get("nproc") or 1)
+
+    def job_threads(self, env: str) -> int:
+        """The cores a job of the env holds: every process's threads (Snakemake ``threads:``)."""
+        return self.nproc(env) * self.threads(env)
 
     def compile_mode(self, env: str) -> str | None:
         """The env's torch.compile mode, None when it runs eagerly."""
@@ -184,6 +207,8 @@ class Study:
         bench = self.cudnn_benchmark(env)
         if bench is not None:
             flags.append("--cudnn-benchmark" if bench else "--no-cudnn-benchmark")
+        if self.nproc(env) > 1:
+            flags.append(f"--nproc {self.nproc(env)}")
         return flags
 
     def options(self, env: str) -> dict[str, Any]:
@@ -192,6 +217,7 @@ class Study:
             "compile": self.compile_mode(env) or False,
             "channels_last": self.channels_last(env),
             "cudnn_benchmark": self.cudnn_benchmark(env),
+            "nproc": self.nproc(env),
         }
 
     def model_args(self, model: str) -> list[str]:
@@ -360,6 +386,41 @@ class Study:
             raise InputError(
                 f"config envs.{env}.cudnn_benchmark: true on device {device}: cuDNN "
                 "autotuning is a CUDA option; drop it or set device: cuda"
+            )
+        self._check_nproc(env, device)
+
+    def _check_nproc(self, env: str, device: str) -> None:
+        nproc = self.envs[env].get("nproc")
+        if nproc is None:
+            return
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise InputError(
+                f"config envs.{env}.nproc: {nproc!r} is not a process count (an integer >= 1)"
+            )
+        if nproc > 1 and device == "mps":
+            raise InputError(
+                f"config envs.{env}.nproc: {nproc} on device mps: data-parallel training "
+                "needs one device per process (cuda with NCCL, cpu with gloo); an Apple GPU "
+                "is one device. Use nproc: 1 or device: cpu"
+            )
+        if nproc == 1 or env not in self.measure_envs:
+            return  # another machine's cores and GPUs are checked there
+        threads = self.envs[env].get("threads")
+        if (threads or 1) * nproc > self._cpu_count:
+            per = (
+                f"{nproc} processes x {threads} thread{'s' if threads != 1 else ''} = "
+                f"{nproc * threads} threads"
+                if threads
+                else f"{nproc} processes of at least 1 thread"
+            )
+            raise InputError(
+                f"config envs.{env}.nproc: {per} exceed this machine's {self._cpu_count} "
+                "cores; lower nproc or threads (threads are per process)"
+            )
+        if device == "cuda" and self._gpu_count is not None and nproc > self._gpu_count:
+            raise InputError(
+                f"config envs.{env}.nproc: {nproc} processes on device cuda, but this machine "
+                f"has {self._gpu_count} GPU(s): DistributedDataParallel runs one GPU per process"
             )
 
     def _check_unambiguous(self) -> None:

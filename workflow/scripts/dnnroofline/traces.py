@@ -288,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.top < 1:
             raise InputError(f"--top {args.top}: must be >= 1")
         cfg = train.config_from_args(args)
+        if cfg.nproc > 1:  # the trace profiles the step in this one process
+            raise InputError(
+                f"--nproc {cfg.nproc}: a trace profiles one process; data-parallel envs "
+                "are not traced (trace the env's nproc: 1 counterpart)"
+            )
         resolved = train.validate(cfg)
         record = trace(resolved, args.trace_out, args.top)
     except InputError as exc:

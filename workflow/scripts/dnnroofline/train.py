@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnnroofline import ddp
+from dnnroofline.ddp import dist_backend
 from dnnroofline.errors import InputError
 from dnnroofline.nvml_sampler import NvmlSampler
 from dnnroofline.stats import summarize
@@ -311,6 +313,9 @@ class TrainConfig:
     expect_threads: int | None = None
     profile_step: bool = False
     env_info: str | None = None  # the env's env_info.json: refuse another machine
+    nproc: int = 1  # data-parallel processes (DistributedDataParallel when > 1)
+    rank: int | None = None  # set in a rank process of a data-parallel run (dnnroofline.ddp)
+    dist_store: str | None = None  # that run's rendezvous file
 
 
 @dataclass
@@ -413,6 +418,7 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
         ("--iters", cfg.iters, 1),
         ("--workers", cfg.workers, 0),
         ("--num-classes", cfg.num_classes, 1),
+        ("--nproc", cfg.nproc, 1),
     ):
         if value < minimum:
             raise InputError(f"{flag} {value}: must be >= {minimum}")
@@ -446,8 +452,20 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
             f"--precision {cfg.precision!r}: unknown precision "
             f"(choose from {', '.join(PRECISIONS)})"
         )
+    if cfg.rank is not None and not (0 <= cfg.rank < cfg.nproc and cfg.dist_store):
+        raise InputError(f"--rank {cfg.rank}: needs --nproc > rank and --dist-store")
     backend = resolve_backend(cfg.backend)
     settings = precision_settings(cfg.precision, backend)
+    if cfg.nproc > 1 and backend == "mps":
+        raise InputError(
+            f"--nproc {cfg.nproc} on backend 'mps': data-parallel training needs one device "
+            "per process, and an Apple GPU is one device"
+        )
+    if cfg.nproc > 1 and backend == "cuda" and torch.cuda.device_count() < cfg.nproc:
+        raise InputError(
+            f"--nproc {cfg.nproc} on backend 'cuda': {torch.cuda.device_count()} GPU(s) "
+            "visible, and each process needs its own"
+        )
     if backend == "cuda" and cfg.precision in ("tf32", "bf16"):
         major, minor = torch.cuda.get_device_capability()
         if major < 8:
@@ -476,7 +494,15 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     if omp is not None and torch.get_num_threads() != omp:
         torch.set_num_threads(omp)
     threads = torch.get_num_threads()
-    check_threads(cfg.expect_threads, threads, omp_value)
+    if cfg.nproc > 1 and cfg.rank is None:
+        # the launcher: its threads are split over the ranks (nproc x threads per rank)
+        from dnnroofline.ddp import rank_threads
+
+        threads = rank_threads(threads, cfg.nproc, cfg.expect_threads, omp_value)
+    else:
+        check_threads(cfg.expect_threads, threads, omp_value)
+    if backend == "cuda" and cfg.rank is not None:
+        torch.cuda.set_device(cfg.rank)  # one GPU per rank
     device = f"cuda:{torch.cuda.current_device()}" if backend == "cuda" else backend
     if cfg.env_info is not None:
         check_machine(cfg, backend)
@@ -633,6 +659,12 @@ def build(resolved: Resolved) -> Setup:
         weight_decay=OPTIMIZER["weight_decay"],
     )
     net = model
+    if cfg.nproc > 1:  # a rank of a data-parallel run: gradients all-reduced in backward
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(
+            model, device_ids=[device.index] if resolved.backend == "cuda" else None
+        )
     if cfg.compile:
         net = torch.compile(net, mode=None if cfg.compile == "default" else cfg.compile)
     scaler = torch.amp.GradScaler(resolved.backend) if settings.grad_scaler else None
@@ -672,17 +704,24 @@ def build(resolved: Resolved) -> Setup:
                 f"--data {cfg.data!r}: {len(dataset.classes)} classes in {train_dir} but "
                 f"--num-classes {cfg.num_classes}"
             )
-        if len(dataset) < cfg.batch_size:
+        if len(dataset) // cfg.nproc < cfg.batch_size:
+            per = f" per process (--nproc {cfg.nproc})" if cfg.nproc > 1 else ""
             raise InputError(
                 f"--data {cfg.data!r}: {len(dataset)} images in {train_dir}, fewer than "
-                f"--batch-size {cfg.batch_size} (batches drop the last partial one)"
+                f"--batch-size {cfg.batch_size}{per} (batches drop the last partial one)"
             )
         dataset_size = len(dataset)
         pin = cfg.pin_memory and resolved.backend == "cuda"
+        sampler = None
+        if cfg.nproc > 1:  # each rank reads its own share of the images
+            sampler = torch.utils.data.distributed.DistributedSampler(
+                dataset, num_replicas=cfg.nproc, rank=cfg.rank or 0, drop_last=True
+            )
         loader = torch.utils.data.DataLoader(
             dataset,
             batch_size=cfg.batch_size,
-            shuffle=True,
+            shuffle=sampler is None,
+            sampler=sampler,
             num_workers=cfg.workers,
             pin_memory=pin,
             drop_last=True,
@@ -934,6 +973,9 @@ def config_record(resolved: Resolved) -> dict[str, Any]:
         "num_classes": cfg.num_classes,
         "requested_backend": cfg.backend,
         "profile_step": cfg.profile_step,
+        "nproc": cfg.nproc,
+        "dist_backend": dist_backend(resolved.backend) if cfg.nproc > 1 else None,
+        "global_batch_size": cfg.nproc * cfg.batch_size,
     }
 
 
@@ -958,27 +1000,10 @@ def _profile_hooks(backend: str) -> tuple[Callable[[], None] | None, Callable[[]
     return start, stop
 
 
-#: Given the built Setup, returns hooks around the timed steps (it may wrap
-#: ``setup.step``): how the trace job (dnnroofline.traces) profiles the very same loop.
-Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
-
-
-def run(
-    resolved: Resolved,
-    progress: ProgressFn | None = _stderr,
-    instrument: Instrument | None = None,
-) -> dict[str, Any]:
-    """Set up, warm up and time one run; return the run record (never raises for a
-    failure inside setup or the loop: that is status "oom" or "error").
-
-    With ``instrument``, its hooks run around the timed steps, which are then no
-    timing to report (the trace job); NVML sampling is left out of them.
-    """
-    import torch
-
+def new_record(resolved: Resolved) -> dict[str, Any]:
+    """The run record before the run: config and start time, every result key null."""
     cfg = resolved.cfg
-    say = progress or (lambda _msg: None)
-    record: dict[str, Any] = {
+    return {
         "schema_version": SCHEMA_VERSION,
         "status": None,
         "message": None,
@@ -1008,7 +1033,45 @@ def run(
         "dataset_images": None,
         "grad_scaler": None,
         "gpu_telemetry": None,
+        "ranks": None,
     }
+
+
+def _barrier_first(
+    before: Callable[[], None] | None,
+) -> Callable[[], None]:
+    """Ranks of a data-parallel run start their timed steps together."""
+    import torch.distributed as dist
+
+    def start() -> None:
+        dist.barrier()
+        if before is not None:
+            before()
+
+    return start
+
+
+#: Given the built Setup, returns hooks around the timed steps (it may wrap
+#: ``setup.step``): how the trace job (dnnroofline.traces) profiles the very same loop.
+Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
+
+
+def run(
+    resolved: Resolved,
+    progress: ProgressFn | None = _stderr,
+    instrument: Instrument | None = None,
+) -> dict[str, Any]:
+    """Set up, warm up and time one run; return the run record (never raises for a
+    failure inside setup or the loop: that is status "oom" or "error").
+
+    With ``instrument``, its hooks run around the timed steps, which are then no
+    timing to report (the trace job); NVML sampling is left out of them.
+    """
+    import torch
+
+    cfg = resolved.cfg
+    say = progress or (lambda _msg: None)
+    record = new_record(resolved)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     say(
@@ -1027,7 +1090,9 @@ def run(
         record["setup_s"] = time.monotonic() - t0
         say(f"setup done in {record['setup_s']:.3f} s")
         iters = 1 if cfg.profile_step else cfg.iters
-        before, after = _profile_hooks(resolved.backend) if cfg.profile_step else (None, None)
+        # ncu profiles rank 0: only it opens the profiler range
+        profiled = cfg.profile_step and not cfg.rank
+        before, after = _profile_hooks(resolved.backend) if profiled else (None, None)
         if instrument is not None:
             before, after = instrument(setup)
         probe: dict[str, float] = {}
@@ -1037,6 +1102,8 @@ def run(
         if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
             sampler = NvmlSampler(torch.device(resolved.device).index or 0)
             before, after = with_sampler(sampler, before, after, record)
+        if cfg.nproc > 1:
+            before = _barrier_first(before)
         times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
         if setup.scaler is not None:
             record["grad_scaler"] = grad_scaler_record(
@@ -1166,6 +1233,13 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="the env's env_info.json: refuse (exit 2) unless this machine matches it "
         "(device, CPU model, GPU)",
     )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="data-parallel processes (DistributedDataParallel: gloo on CPU, NCCL on CUDA, "
+        "one GPU each); the batch size is per process, OMP_NUM_THREADS is split over them",
+    )
     return p
 
 
@@ -1182,6 +1256,9 @@ def arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after warm-up, one step between cudaProfilerStart/Stop (for ncu)",
     )
+    # set by the data-parallel launcher on each rank's command line (dnnroofline.ddp)
+    p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dist-store", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", required=True, help="run JSON to write")
     return p
 
@@ -1209,6 +1286,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         expect_threads=args.expect_threads,
         profile_step=args.profile_step,
         env_info=args.env_info,
+        nproc=args.nproc,
+        rank=getattr(args, "rank", None),  # run_train.py's own (a rank's command line)
+        dist_store=getattr(args, "dist_store", None),
     )
 
 
@@ -1228,11 +1308,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: 0 when the JSON was written (status ok, oom or error), 2 for bad input."""
     from dnnroofline.io import write_json_atomic
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = arg_parser().parse_args(argv)
     cfg = config_from_args(args)
     try:
         resolved = validate(cfg)
-        record = run(resolved)
+        if cfg.rank is not None:
+            return ddp.rank_main(resolved, args.out, _stderr)
+        if cfg.nproc > 1:
+            _stderr(
+                f"{cfg.arch} {cfg.precision} bs{cfg.batch_size} x {cfg.nproc} processes "
+                f"on {resolved.backend}"
+            )
+            record = ddp.launch(new_record(resolved), argv, cfg.nproc, resolved.threads, _stderr)
+            if record.get("device_name") is None:  # no rank got far enough to say
+                record["device_name"] = cpu_model() if resolved.backend == "cpu" else None
+        else:
+            record = run(resolved)
     except InputError as exc:
         print(f"run_train.py: error: {exc}", file=sys.stderr)
         return 2

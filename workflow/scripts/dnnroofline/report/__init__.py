@@ -66,6 +66,7 @@ SECTIONS: dict[str, Callable[[dict], str]] = {
         i["complexity"],
         i["ceilings"],
         i["expected_runs"],
+        i["runs"],
     ),
     "reproducibility.html": lambda i: reproducibility_section(
         i["config"],

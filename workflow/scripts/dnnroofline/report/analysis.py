@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from dnnroofline.report import compare, data, memory
+from dnnroofline.report import compare, data, env_compare, memory
 from dnnroofline.report.format import isnum
 from dnnroofline.report.render import section
 
@@ -21,8 +21,10 @@ def facts(
     complexity: Any = None,
     ceilings: Mapping | Sequence | None = None,
     expected_runs: Any = None,
+    runs: Sequence[Mapping] | None = None,
 ) -> dict:
-    """Per-point diagnosis, cross-model/env/batch comparisons, failed and missing runs."""
+    """Per-point diagnosis, cross-model/env/batch comparisons (compiled and data-parallel
+    envs against their counterparts included), failed and missing runs."""
     m, pts, cx, env_infos, ceilings = data.prepared(
         metrics, points, complexity, env_infos, ceilings
     )
@@ -32,6 +34,8 @@ def facts(
     return {
         "summary": summary(pts),
         **compare.facts(tp, pts, config),
+        "compiled": env_compare.compile_facts(config, runs, env_infos),
+        "scaling": env_compare.scaling_facts(config, tp, env_infos, m),
         "memory": memory.facts(config, m, cx, env_infos),
         "points": [point(r, pts, tp, cx, config, env_infos, ceilings) for r in data.records(pts)],
         "failed": data.records(failed),

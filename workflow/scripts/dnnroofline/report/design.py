@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from dnnroofline.report import data
+from dnnroofline.report import data, env_compare
 from dnnroofline.report.format import fmt_batches, isnum, sig
 from dnnroofline.report.render import section
 
@@ -82,6 +82,8 @@ def _environment(config, env, env_infos, ceilings, m, mx) -> dict:
         "gpus": [str(g.get("name")) for g in info.get("gpus") or [] if isinstance(g, Mapping)],
         "cpu": cpu,
         "threads": data.env_threads(env, config, env_infos, m),
+        "nproc": env_compare.env_options(config, env)["nproc"],
+        "step": env_compare.describe(env_compare.env_options(config, env)),
         "cores": info.get("cpu_cores_physical"),
         "here": data.measured_here(env, {}, config, env_infos),
         "has_info": bool(info),

@@ -34,7 +34,7 @@ def model_flags(study: Mapping, model: str) -> list[str]:
 
 
 def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
-    """Driver flags of how an env runs the step: compile, channels-last, cuDNN."""
+    """Driver flags of how an env runs the step: compile, channels-last, cuDNN, nproc."""
     flags = []
     if envcfg.get("compile"):
         flags += ["--compile", str(envcfg["compile"])]
@@ -43,6 +43,8 @@ def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
         flags.append("--channels-last")
     if envcfg.get("cudnn_benchmark") is not None:
         flags.append("--cudnn-benchmark" if envcfg["cudnn_benchmark"] else "--no-cudnn-benchmark")
+    if int(envcfg.get("nproc") or 1) > 1:
+        flags += ["--nproc", str(int(envcfg["nproc"]))]
     return flags
 
 
@@ -82,8 +84,8 @@ def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None)
         args += ["--expect-threads", str(int(threads))]
     args += ["--run-id", rid, "--out", f"results/{env}/runs/{rid}.json"]
     cmd = " ".join(shlex.quote(a) for a in args)
-    if isnum(threads):
-        cmd = f"OMP_NUM_THREADS={int(threads)} {cmd}"
+    if isnum(threads):  # the job's threads: every process's (the driver splits them)
+        cmd = f"OMP_NUM_THREADS={int(threads) * int(envcfg.get('nproc') or 1)} {cmd}"
     return cmd
 
 
