@@ -51,11 +51,11 @@ gpu-check:
 		python scripts/gpu_check.py run --cores $(CORES); \
 	fi
 
-## The whole test suite, on TEST_WORKERS processes (tests/conftest.py groups the tests
-## that share a fixture onto one worker).
+## The whole test suite, on TEST_WORKERS processes (tests/conftest.py sends each file, and
+## the tiny study's users together, to one worker).
 TEST_WORKERS ?= 2
 test: setup-dev
-	python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	python -m pytest -q -n $(TEST_WORKERS)
 
 ## Quality gates (also run by the test suite).
 lint: setup-dev

@@ -1,7 +1,12 @@
 """Shared fixtures: the tiny study, run once per test session for every test that needs it."""
 
+from pathlib import Path
+
 import pytest
 from workflow_helpers import TINY, snakemake, write_config
+
+# The files whose tests use tiny_study: make test (pytest -n 2) keeps them on one worker.
+TINY_STUDY_FILES = {"test_workflow.py", "test_report_browser.py", "test_traces.py"}
 
 
 @pytest.fixture(scope="session")
@@ -15,12 +20,24 @@ def tiny_study(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(items):
-    """Groups for ``pytest -n 2 --dist loadgroup`` (make test): a test file's tests stay on
-    one worker, so its module fixtures run once, and every user of the session's tiny
-    study shares one worker, so that study runs once."""
     for item in items:
-        group = "tiny_study" if "tiny_study" in item.fixturenames else item.path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+        if "tiny_study" in item.fixturenames and item.path.name not in TINY_STUDY_FILES:
+            raise pytest.UsageError(
+                f"{item.path.name} uses tiny_study: add it to TINY_STUDY_FILES in conftest.py"
+            )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Send each test file to one worker as a unit (its module fixtures run once), and
+    the files of TINY_STUDY_FILES to the same one (the session's tiny study runs once)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class TinyStudyTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tiny_study" if Path(path).name in TINY_STUDY_FILES else path
+
+    return TinyStudyTogether(config, log)
 
 
 # the report tests' inputs and sections fixtures
