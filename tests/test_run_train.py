@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dnnroofline import train
+from dnnroofline import train, train_config
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,13 +408,13 @@ def test_suggest_archs():
     ("value", "expected"), [(None, None), ("", None), ("4", 4), (" 2 ", 2), ("3,1", 3)]
 )
 def test_parse_omp_threads(value, expected):
-    assert train.parse_omp_threads(value) == expected
+    assert train_config.parse_omp_threads(value) == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_parse_omp_threads_rejects_garbage(value):
     with pytest.raises(InputError, match="OMP_NUM_THREADS"):
-        train.parse_omp_threads(value)
+        train_config.parse_omp_threads(value)
 
 
 def test_check_threads():
