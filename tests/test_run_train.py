@@ -602,6 +602,9 @@ TINY_FACTORY = [
 def test_cli_compile_records_first_step_apart_from_steady_state(tmp_path, monkeypatch):
     # a tiny conv net at 8 px: torch.compile on CPU takes ~15 s on 2 cores
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "data" / "models"))
+    shared = tmp_path / "shared-cache"  # a cache another job filled must not be used
+    shared.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
     args = [*TINY_FACTORY, "--warmup-iters", "2", "--iters", "3", "--compile", "default"]
     proc, rec = run_cli(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
@@ -611,6 +614,11 @@ def test_cli_compile_records_first_step_apart_from_steady_state(tmp_path, monkey
     # Compilation happened in the first warm-up step, not in the timed steps.
     assert 0 < rec["first_step_s"] <= rec["warmup_s"]
     assert rec["first_step_s"] > 5 * rec["step_time_s"]["max"]
+    # ... with an empty cache of its own (a cold compile whatever ran before), removed at exit
+    cache = rec["numerics"]["compile_cache"]
+    assert cache.startswith("empty, private to the run (")
+    assert not Path(cache.split("(", 1)[1].rstrip(")")).exists()
+    assert list(shared.iterdir()) == []
 
 
 def test_cli_unknown_compile_mode_is_refused(tmp_path):

@@ -63,6 +63,7 @@ from dnnroofline.train_config import (  # re-exported: see __all__
     is_oom,
     known_archs,
     precision_settings,
+    private_compile_cache,
     resolve_backend,
     step_arguments,
     suggest_archs,
@@ -200,7 +201,8 @@ def build(resolved: Resolved) -> Setup:
         net = DistributedDataParallel(
             model, device_ids=[device.index] if resolved.backend == "cuda" else None
         )
-    if cfg.compile:
+    if cfg.compile:  # a cold compile in every run: its first step is comparable
+        numerics["compile_cache"] = f"empty, private to the run ({private_compile_cache()})"
         net = torch.compile(net, mode=None if cfg.compile == "default" else cfg.compile)
     scaler = torch.amp.GradScaler(resolved.backend) if settings.grad_scaler else None
     step = make_step(

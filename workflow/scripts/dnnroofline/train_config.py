@@ -487,6 +487,21 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     )
 
 
+def private_compile_cache() -> str:
+    """Point torch.compile's on-disk caches (inductor, AOTAutograd, Triton) at a new empty
+    folder, removed at exit: every compiled run then pays the same cold compile, whichever
+    job (a trace, an earlier repeat) compiled the model before it. Returns the folder."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="dnnroofline-compile-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def apply_precision(settings: PrecisionSettings) -> dict[str, Any]:
     """Set the global TF32 / matmul-precision flags; return them as read back from torch."""
     import torch
