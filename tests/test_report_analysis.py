@@ -35,6 +35,18 @@ def test_bound_named_per_point(sections):
     assert "lower-precision activations" not in compute
 
 
+@pytest.mark.parametrize("threads, lever", [(2, "uses 4 of 8 physical cores"), (4, None)])
+def test_more_threads_counts_every_process_of_a_data_parallel_env(inputs, threads, lever):
+    inputs["config"]["envs"]["local"].update(nproc=2, threads=threads)
+    html = analysis_section(**{k: v for k, v in inputs.items() if k != "config"},
+                            config=inputs["config"])  # fmt: skip
+    compute = block(html, "local · resnet50 · fp32 · bs 8")
+    if lever:
+        assert f"more threads: this env {lever}" in compute
+    else:
+        assert "more threads" not in compute
+
+
 def test_efficiency_and_gap(sections):
     html = sections["analysis.html"]
     compute = block(html, "local · resnet50 · fp32 · bs 8")

@@ -146,6 +146,8 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
             moves.append({"kind": "gpu_kernels"})
         else:
             threads = data.env_threads(env, config, env_infos)
+            if isnum(threads):  # a data-parallel env's processes use threads each
+                threads = int(threads) * env_compare.env_options(config, env)["nproc"]
             cores = info.get("cpu_cores_physical")
             if isnum(threads) and isnum(cores) and int(threads) < int(cores):
                 moves.append({"kind": "more_threads", "threads": int(threads), "cores": int(cores)})
