@@ -152,6 +152,11 @@ def test_roofline_single_env_files_points_and_roofs(tmp_path):
     text = svg.read_text()
     assert AXIS_X in text and AXIS_Y in text
     assert ABOVE_ROOF_LABEL not in text
+    # the legend's sections, in order; one env: no marker-fill section
+    titles = ["Model", "Precision (colour)", "Roofs"]
+    assert all(t in text for t in titles), titles
+    assert [text.index(t) for t in titles] == sorted(text.index(t) for t in titles)
+    assert "Env (marker fill)" not in text
     assert "bs32" in text  # batch annotations are text
     assert "ridge 20" in text  # 2e11 / 1e10
     assert sorted(p.name for p in png.parent.iterdir()) == [
@@ -224,6 +229,7 @@ def test_combined_plot_has_every_env(tmp_path):
     assert "roof-local-compute-bf16-datasheet" not in ids
     text = svg.read_text()
     assert "gcp_l4 amp datasheet" in text  # roof labels name their env
+    assert "Env (marker fill)" in text  # the combined view's legend tells the envs apart
 
 
 def test_points_without_ceilings_are_refused(tmp_path):

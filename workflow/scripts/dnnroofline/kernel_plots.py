@@ -22,7 +22,6 @@ import os
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from dnnroofline import roofline
 from dnnroofline.errors import InputError
@@ -47,15 +46,16 @@ from dnnroofline.kernel_roofline import (
 )
 from dnnroofline.plots import (
     _RC,
-    ABOVE_ROOF_COLOR,
-    ABOVE_ROOF_LABEL,
     AXIS_X,
     LINESTYLES,
     _gid,
+    above_roof_handle,
+    draw_above_roof_ring,
     draw_compute_roof,
     draw_memory_roof,
     precision_color,
     save_figure,
+    sectioned_legend,
     si,
 )
 
@@ -129,57 +129,6 @@ def _compute_roof(ax, env, prec, source, peak, x_start, xhi):
         gid=_gid("roof", env, "compute", prec, source),
         label=f"{prec} {source}: {si(peak, 'FLOP/s')}",
     )
-
-
-def _ring(ax, x, y, gid):
-    ax.plot(
-        [x],
-        [y],
-        linestyle="none",
-        marker="o",
-        markersize=15,
-        markerfacecolor="none",
-        markeredgecolor=ABOVE_ROOF_COLOR,
-        markeredgewidth=1.8,
-        gid=gid,
-        zorder=7,
-    )
-
-
-def _ring_handle():
-    return Line2D(
-        [],
-        [],
-        linestyle="none",
-        marker="o",
-        markersize=11,
-        markerfacecolor="none",
-        markeredgecolor=ABOVE_ROOF_COLOR,
-        markeredgewidth=1.8,
-        label=ABOVE_ROOF_LABEL,
-    )
-
-
-def _legend(ax, sections: list[tuple[str, list]], labelspacing: float = 0.5):
-    handles, headers = [], []
-    for title, items in sections:
-        if not items:
-            continue
-        headers.append(len(handles))
-        handles.append(Patch(visible=False, label=title))
-        handles.extend(items)
-    leg = ax.legend(
-        handles=handles,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=7.5,
-        frameon=False,
-        handlelength=2.4,
-        labelspacing=labelspacing,
-    )
-    for i, text in enumerate(leg.get_texts()):
-        if i in headers:
-            text.set_fontweight("bold")
 
 
 def _note(text: str) -> Line2D:
@@ -312,7 +261,7 @@ def plot_hierarchical(
                 r = hierarchical_roof_at(roofs, prec, lv, ai)
                 if r is not None and roofline.is_above_roof(point.attained_flops, r):
                     n_above += 1
-                    _ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
+                    draw_above_roof_ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
 
         level_items = [
             Line2D(
@@ -358,8 +307,10 @@ def plot_hierarchical(
         if point.step_s:
             notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
         if n_above:
-            notes.append(_ring_handle())
-        _legend(ax, [("Memory level", level_items), ("Roofs", roof_items), ("Notes", notes)])
+            notes.append(above_roof_handle())
+        sectioned_legend(
+            ax, [("Memory level", level_items), ("Roofs", roof_items), ("Notes", notes)]
+        )
         save_figure(fig, out_png, out_svg)
     return {
         "points": n_points,
@@ -439,7 +390,7 @@ def plot_kernels(
             sizes[gid] = line.get_markersize()
             if roofline.is_above_roof(p.flops_rate, envelope_at(roofs, p.ai)):
                 n_above += 1
-                _ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+                draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
         for i, p in enumerate(sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]):
             ax.annotate(
                 f"{short_name(p.name, 36)} ({p.share:.0%})",
@@ -497,8 +448,8 @@ def plot_kernels(
         notes.append(_note("time: ncu's per-kernel duration"))
         notes.append(_note("  (serialized, caches flushed)"))
         if n_above:
-            notes.append(_ring_handle())
-        _legend(
+            notes.append(above_roof_handle())
+        sectioned_legend(
             ax,
             [
                 ("FLOP path (colour)", path_items),

@@ -128,6 +128,62 @@ def _paired_memory(memory: Mapping[str, float], source: str) -> tuple[str, float
     return other, memory[other]
 
 
+def draw_above_roof_ring(ax, x: float, y: float, gid: str, *, zorder: float = 7):
+    """A red ring around a point above its roof: the peak behind it needs checking."""
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker="o",
+        markersize=15,
+        markerfacecolor="none",
+        markeredgecolor=ABOVE_ROOF_COLOR,
+        markeredgewidth=1.8,
+        gid=gid,
+        zorder=zorder,
+    )
+
+
+def above_roof_handle() -> Line2D:
+    """The legend entry of draw_above_roof_ring."""
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker="o",
+        markersize=11,
+        markerfacecolor="none",
+        markeredgecolor=ABOVE_ROOF_COLOR,
+        markeredgewidth=1.8,
+        label=ABOVE_ROOF_LABEL,
+    )
+
+
+def sectioned_legend(
+    ax, sections: list[tuple[str, list]], *, fontsize: float = 7.5, labelspacing: float = 0.5
+):
+    """A legend right of the axes: each non-empty (title, handles) section under a bold title."""
+    handles, headers = [], []
+    for title, items in sections:
+        if not items:
+            continue
+        headers.append(len(handles))
+        handles.append(Patch(visible=False, label=title))
+        handles.extend(items)
+    leg = ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=fontsize,
+        frameon=False,
+        handlelength=2.4,
+        labelspacing=labelspacing,
+    )
+    for i, text in enumerate(leg.get_texts()):
+        if i in headers:
+            text.set_fontweight("bold")
+
+
 def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, above=None):
     """A horizontal compute roof, labelled at its right end. Of two close roofs, the
     higher one's label goes over its line and the lower one's under it (``above``), so
@@ -392,16 +448,11 @@ def plot_roofline(
             )
             if _bool(r.above_roof):
                 n_above += 1
-                ax.plot(
-                    [r.ai],
-                    [r.attained_flops],
-                    linestyle="none",
-                    marker="o",
-                    markersize=15,
-                    markerfacecolor="none",
-                    markeredgecolor=ABOVE_ROOF_COLOR,
-                    markeredgewidth=1.8,
-                    gid=_gid("above-roof", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
+                draw_above_roof_ring(
+                    ax,
+                    r.ai,
+                    r.attained_flops,
+                    _gid("above-roof", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
                     zorder=6,
                 )
         if not len(pts):
@@ -415,46 +466,34 @@ def plot_roofline(
                 color="0.4",
             )
 
-        # legend: sections with bold headers
-        handles, headers = [], []
-
-        def header(text):
-            headers.append(len(handles))
-            handles.append(Patch(visible=False, label=text))
-
-        if models:
-            header("Model")
-            for m in models:
-                handles.append(
-                    Line2D([], [], linestyle="none", marker=model_marker[m], color="0.45", label=m)
-                )
+        model_items = [
+            Line2D([], [], linestyle="none", marker=model_marker[m], color="0.45", label=m)
+            for m in models
+        ]
         precs = sorted({s[1] for s in roof_specs} | set(pts["precision"] if len(pts) else []))
-        header("Precision (colour)")
-        for p in precs:
-            handles.append(Line2D([], [], color=precision_color(p), linewidth=3, label=p))
-        if combined:
-            header("Env (marker fill)")
-            for e in envs:
-                handles.append(
-                    Line2D(
-                        [],
-                        [],
-                        linestyle="none",
-                        marker="o",
-                        color="0.45",
-                        markerfacecolor="0.45" if env_fill[e] != "none" else "none",
-                        markerfacecoloralt="white",
-                        markeredgecolor="0.15",
-                        fillstyle=env_fill[e],
-                        label=e,
-                    )
-                )
-        header("Roofs")
-        for source in roofline.ROOF_SOURCES:
-            handles.append(
-                Line2D([], [], color="0.2", linestyle=LINESTYLES[source], label=f"{source} peak")
+        precision_items = [
+            Line2D([], [], color=precision_color(p), linewidth=3, label=p) for p in precs
+        ]
+        env_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                color="0.45",
+                markerfacecolor="0.45" if env_fill[e] != "none" else "none",
+                markerfacecoloralt="white",
+                markeredgecolor="0.15",
+                fillstyle=env_fill[e],
+                label=e,
             )
-        handles.append(
+            for e in (envs if combined else [])
+        ]
+        roof_items = [
+            Line2D([], [], color="0.2", linestyle=LINESTYLES[source], label=f"{source} peak")
+            for source in roofline.ROOF_SOURCES
+        ]
+        roof_items.append(
             Line2D(
                 [],
                 [],
@@ -467,7 +506,7 @@ def plot_roofline(
             )
         )
         if n_ranges:
-            handles.append(
+            roof_items.append(
                 Line2D(
                     [],
                     [],
@@ -480,30 +519,17 @@ def plot_roofline(
                 )
             )
         if n_above:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle="none",
-                    marker="o",
-                    markersize=11,
-                    markerfacecolor="none",
-                    markeredgecolor=ABOVE_ROOF_COLOR,
-                    markeredgewidth=1.8,
-                    label=ABOVE_ROOF_LABEL,
-                )
-            )
-        leg = ax.legend(
-            handles=handles,
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
+            roof_items.append(above_roof_handle())
+        sectioned_legend(
+            ax,
+            [
+                ("Model", model_items),
+                ("Precision (colour)", precision_items),
+                ("Env (marker fill)", env_items),
+                ("Roofs", roof_items),
+            ],
             fontsize=8,
-            frameon=False,
-            handlelength=2.4,
         )
-        for i, text in enumerate(leg.get_texts()):
-            if i in headers:
-                text.set_fontweight("bold")
         save_figure(fig, out_png, out_svg)
     return {
         "points": len(pts),
