@@ -19,6 +19,8 @@ from dnnroofline.plots import (
     AI_RANGE_LABEL,
     AXIS_X,
     AXIS_Y,
+    LABEL_HEIGHT_PT,
+    place_labels,
     plot_roofline,
     plot_throughput,
 )
@@ -230,6 +232,55 @@ def test_combined_plot_has_every_env(tmp_path):
     text = svg.read_text()
     assert "gcp_l4 amp datasheet" in text  # roof labels name their env
     assert "Env (marker fill)" in text  # the combined view's legend tells the envs apart
+
+
+def assert_legible(lines, centres, height=LABEL_HEIGHT_PT):
+    """No two labels overlap, and no label crosses a line."""
+    for i, c in enumerate(centres):
+        assert all(abs(c - y) >= height / 2 for y in lines), (c, lines)
+        assert all(abs(c - o) >= height for o in centres[i + 1 :]), centres
+
+
+def test_place_labels_next_to_a_lone_line_on_its_preferred_side():
+    above, below = place_labels([100.0], [True]), place_labels([100.0], [False])
+    assert 100 < above[0] <= 100 + LABEL_HEIGHT_PT
+    assert 100 - LABEL_HEIGHT_PT <= below[0] < 100
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [300.0, 297.7, 276.0, 276.0],  # one machine measured twice: close roofs, a shared datasheet
+        [50.0, 49.0, 48.0, 47.0, 46.0],  # five envs' roofs within 4 pt
+        [10.0, 22.0],  # far apart: each label stays by its line
+    ],
+)
+def test_place_labels_keeps_close_roofs_legible(lines):
+    centres = place_labels(lines, [False, True] * (len(lines) // 2) + [True] * (len(lines) % 2))
+    distinct = sorted(set(lines))
+    assert_legible(distinct, [c for i, c in enumerate(centres) if lines[i] not in lines[:i]])
+    if lines == [10.0, 22.0]:
+        assert all(abs(c - y) <= LABEL_HEIGHT_PT for c, y in zip(centres, lines, strict=True))
+
+
+def test_two_envs_of_one_machine_share_a_roof_label(tmp_path):
+    twin = {"env": "local_compiled", "roofs": CEILINGS["local"]["roofs"][1:]}
+    twin["roofs"] = [roof("compute", "fp32", "measured", 1.93e11), *twin["roofs"]]
+    ceilings = {"local": CEILINGS["local"], "local_compiled": twin}
+    runs = [make_run(e, "resnet18", "fp32", 8, 1, median=0.4) for e in ceilings]
+    _, pts = build(runs, ceilings)
+    svg = tmp_path / "all.svg"
+    plot_roofline(pts, ceilings, None, svg, "t")
+    text = svg.read_text()
+    ids = svg_ids(svg)
+    # every env keeps its own roofs ...
+    assert "roof-local-compute-fp32-datasheet" in ids
+    assert "roof-local_compiled-compute-fp32-datasheet" in ids
+    # ... a roof they share is labelled once, naming both; their close measured roofs apart
+    assert text.count("local, local_compiled fp32 datasheet: 300 GFLOP/s") == 1
+    assert "local, local_compiled memory measured: 10 GB/s" in text
+    assert "local fp32 measured: 200 GFLOP/s" in text
+    assert "local_compiled fp32 measured: 193 GFLOP/s" in text
 
 
 def test_points_without_ceilings_are_refused(tmp_path):

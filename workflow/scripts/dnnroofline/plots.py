@@ -184,10 +184,47 @@ def sectioned_legend(
             text.set_fontweight("bold")
 
 
-def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, above=None):
+LABEL_HEIGHT_PT = 8.0  # a 7 pt label's box, with a little air
+
+
+def place_labels(
+    lines: list[float], prefer_above: list[bool], height: float = LABEL_HEIGHT_PT
+) -> list[float]:
+    """Where to put each line's label (its centre, in points, across the lines) so that no
+    label overlaps another label or crosses a line. ``lines`` are the parallel lines'
+    positions in points. Each label tries its preferred side first, right next to its
+    line, then moves away from it a label's height at a time; the highest line is
+    placed first, so close lines (two envs of one machine) get a tidy stack."""
+    half, clear = height / 2, 1.0
+    placed: list[float] = []
+
+    def free(c: float) -> bool:
+        lo, hi = c - half, c + half
+        return all(not (lo - clear < y < hi + clear) for y in lines) and all(
+            abs(c - p) >= height for p in placed
+        )
+
+    out = [0.0] * len(lines)
+    for i in sorted(range(len(lines)), key=lambda i: -lines[i]):
+        sides = (1, -1) if prefer_above[i] else (-1, 1)
+        candidates = (
+            lines[i] + side * (half + clear + step * height / 2)
+            for step in range(64)
+            for side in sides
+        )
+        out[i] = next((c for c in candidates if free(c)), lines[i] + half + clear)
+        placed.append(out[i])
+    return out
+
+
+def draw_compute_roof(
+    ax, peak, x_start, x_end, *, color, source, gid, label, above=None, label_dy=None
+):
     """A horizontal compute roof, labelled at its right end. Of two close roofs, the
     higher one's label goes over its line and the lower one's under it (``above``), so
-    both stay legible; by default measured labels go under, datasheet labels over."""
+    both stay legible; by default measured labels go under, datasheet labels over.
+    ``label_dy`` (points, the label's centre above the line) overrides that: see
+    place_labels. ``label=None`` draws the line alone."""
     ax.plot(
         [x_start, x_end],
         [peak, peak],
@@ -197,14 +234,20 @@ def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, ab
         gid=gid,
         zorder=2,
     )
+    if label is None:
+        return
     below = source == "measured" if above is None else not above
+    if label_dy is None:
+        xytext, va = (-3, -3 if below else 2), "top" if below else "bottom"
+    else:
+        xytext, va = (-3, label_dy), "center"
     ax.annotate(
         label,
         (x_end, peak),
-        xytext=(-3, -3 if below else 2),
+        xytext=xytext,
         textcoords="offset points",
         ha="right",
-        va="top" if below else "bottom",
+        va=va,
         fontsize=7,
         color=color,
     )
@@ -223,9 +266,14 @@ def draw_memory_roof(
     label,
     label_offset=(2, 4),
     label_until=None,
+    label_x=None,
+    label_dy=None,
 ):
     """A diagonal memory roof, labelled along the line near its lower-left end
-    (if that point lies left of ``label_until``, by default the roof's end)."""
+    (if that point lies left of ``label_until``, by default the roof's end).
+    ``label_x`` moves the label along the line; ``label_dy`` (points, the label's centre
+    across the line, up-left positive) overrides ``label_offset``: see place_labels.
+    ``label=None`` draws the line alone."""
     ax.plot(
         [x_start, x_end],
         [x_start * bw, x_end * bw],
@@ -235,21 +283,42 @@ def draw_memory_roof(
         gid=gid,
         zorder=2,
     )
-    lx = max(x_start * 1.25, y_floor * 2.5 / bw)
-    if lx < (x_end if label_until is None else label_until):
-        p0 = ax.transData.transform((lx, lx * bw))
-        p1 = ax.transData.transform((lx * 10, lx * 10 * bw))
-        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+    lx = max(x_start * 1.25, y_floor * 2.5 / bw) if label_x is None else label_x
+    if label is not None and lx < (x_end if label_until is None else label_until):
+        angle = _diagonal_angle(ax, lx, bw)
+        offset, va = label_offset, "baseline"
+        if label_dy is not None:
+            a = math.radians(angle)
+            offset = (
+                2 * math.cos(a) - label_dy * math.sin(a),
+                2 * math.sin(a) + label_dy * math.cos(a),
+            )
+            va = "center"
         ax.annotate(
             label,
             (lx, lx * bw),
-            xytext=label_offset,
+            xytext=offset,
             textcoords="offset points",
             rotation=angle,
             rotation_mode="anchor",
+            va=va,
             fontsize=6.5,
             color=color,
         )
+
+
+def _diagonal_angle(ax, x: float, bw: float) -> float:
+    """The on-screen angle (degrees) of a memory roof of bandwidth ``bw`` at ``x``."""
+    p0 = ax.transData.transform((x, x * bw))
+    p1 = ax.transData.transform((x * 10, x * 10 * bw))
+    return math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+
+
+def _points(ax, x: float, y: float) -> tuple[float, float]:
+    """Data coordinates to on-screen points (1/72 inch), the unit of label offsets."""
+    px, py = ax.transData.transform((x, y))
+    scale = 72 / ax.figure.dpi
+    return px * scale, py * scale
 
 
 def plot_roofline(
@@ -332,9 +401,31 @@ def plot_roofline(
         ax.grid(True, which="minor", color="0.95", linewidth=0.4)
         ax.set_axisbelow(True)
 
+        # Roofs are drawn per env (their gids name it); a label is drawn once for the
+        # envs that share a roof (two envs of one machine share its datasheet), and the
+        # labels are placed so that close roofs (the same machine measured twice) stay legible.
+        def envs_label(envs_: list[str]) -> str:
+            return ", ".join(envs_) + " " if combined else ""
+
         # memory roofs: diagonal from the left edge to the farthest ridge they join
+        mem_labels: dict[tuple[str, float], list[str]] = {}
+        for (env, msrc), bw in sorted(mem_specs.items()):
+            mem_labels.setdefault((msrc, bw), []).append(env)
+        label_x = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw in mem_labels)
+        angle = math.radians(_diagonal_angle(ax, label_x, 1.0))
+        across = [
+            -x * math.sin(angle) + y * math.cos(angle)
+            for x, y in (_points(ax, label_x, label_x * bw) for _, bw in mem_labels)
+        ]
+        mem_dy = {
+            key: c - p
+            for key, p, c in zip(
+                mem_labels, across, place_labels(across, [True] * len(across)), strict=True
+            )
+        }
         for (env, msrc), bw in sorted(mem_specs.items()):
             x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
+            envs_here = mem_labels[(msrc, bw)]
             draw_memory_roof(
                 ax,
                 bw,
@@ -344,14 +435,36 @@ def plot_roofline(
                 color="0.2",
                 source=msrc,
                 gid=_gid("roof", env, "memory", msrc),
-                label=f"{env + ' ' if combined else ''}memory {msrc}: {si(bw, 'B/s')}",
+                label=f"{envs_label(envs_here)}memory {msrc}: {si(bw, 'B/s')}"
+                if env == envs_here[0]
+                else None,
+                label_x=label_x,
+                label_dy=mem_dy[(msrc, bw)],
             )
 
         # compute roofs: horizontal from their ridge to the right edge, ridge marked
+        roof_labels: dict[tuple[str, str, float, float], list[str]] = {}
+        for env, prec, source, peak, _msrc, bw in roof_specs:
+            roof_labels.setdefault((prec, source, peak, peak / bw), []).append(env)
+        prefer_above = []
+        for prec, source, peak, _ridge in roof_labels:
+            peers = [
+                s[3]
+                for s in roof_specs
+                if s[1] == prec and s[0] in roof_labels[(prec, source, peak, _ridge)]
+            ]
+            prefer_above.append(peak >= max(peers) if len(set(peers)) > 1 else source != "measured")
+        heights = [_points(ax, xhi, key[2])[1] for key in roof_labels]
+        roof_dy = {
+            key: c - y
+            for key, y, c in zip(
+                roof_labels, heights, place_labels(heights, prefer_above), strict=True
+            )
+        }
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
-            peers = [s[3] for s in roof_specs if s[0] == env and s[1] == prec]
+            key = (prec, source, peak, ridge)
             draw_compute_roof(
                 ax,
                 peak,
@@ -360,8 +473,11 @@ def plot_roofline(
                 color=color,
                 source=source,
                 gid=_gid("roof", env, "compute", prec, source),
-                label=f"{env + ' ' if combined else ''}{prec} {source}: {si(peak, 'FLOP/s')}",
-                above=peak >= max(peers) if len(peers) > 1 else None,
+                label=f"{envs_label(roof_labels[key])}{prec} {source}: {si(peak, 'FLOP/s')}"
+                f" · ridge {ridge:.3g} FLOP/B"
+                if env == roof_labels[key][0]
+                else None,
+                label_dy=roof_dy[key],
             )
             ax.plot(
                 [ridge],
@@ -373,14 +489,6 @@ def plot_roofline(
                 linestyle="none",
                 gid=_gid("ridge", env, prec, source),
                 zorder=3,
-            )
-            ax.annotate(
-                f"ridge {ridge:.3g}",
-                (ridge, peak),
-                xytext=(3, -9),
-                textcoords="offset points",
-                fontsize=6.5,
-                color="0.25",
             )
 
         # points; a thin line joins the batch sizes of one (env, model, precision)
