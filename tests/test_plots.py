@@ -259,6 +259,10 @@ def test_place_labels_keeps_close_roofs_legible(lines):
     centres = place_labels(lines, [False, True] * (len(lines) // 2) + [True] * (len(lines) % 2))
     distinct = sorted(set(lines))
     assert_legible(distinct, [c for i, c in enumerate(centres) if lines[i] not in lines[:i]])
+    # a stack reads like its roofs: the higher roof's label is the higher label
+    assert sorted(range(len(lines)), key=lambda i: -centres[i]) == sorted(
+        range(len(lines)), key=lambda i: (-lines[i], i)
+    )
     if lines == [10.0, 22.0]:
         assert all(abs(c - y) <= LABEL_HEIGHT_PT for c, y in zip(centres, lines, strict=True))
 

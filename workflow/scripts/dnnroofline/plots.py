@@ -214,6 +214,11 @@ def place_labels(
         )
         out[i] = next((c for c in candidates if free(c)), lines[i] + half + clear)
         placed.append(out[i])
+    # The same free slots, handed out in the lines' order: a stack reads top to bottom
+    # like the roofs it labels, and each label stays as close to its line as it can.
+    by_line = sorted(range(len(lines)), key=lambda i: (-lines[i], i))
+    for i, c in zip(by_line, sorted(out, reverse=True), strict=True):
+        out[i] = c
     return out
 
 
@@ -443,18 +448,17 @@ def plot_roofline(
             )
 
         # compute roofs: horizontal from their ridge to the right edge, ridge marked
-        roof_labels: dict[tuple[str, str, float, float], list[str]] = {}
+        roof_labels: dict[tuple[str, str, float], list[str]] = {}
+        ridges_of: dict[tuple[str, str, float], list[float]] = {}
         for env, prec, source, peak, _msrc, bw in roof_specs:
-            roof_labels.setdefault((prec, source, peak, peak / bw), []).append(env)
+            roof_labels.setdefault((prec, source, peak), []).append(env)
+            ridges_of.setdefault((prec, source, peak), []).append(peak / bw)
         prefer_above = []
-        for prec, source, peak, _ridge in roof_labels:
-            peers = [
-                s[3]
-                for s in roof_specs
-                if s[1] == prec and s[0] in roof_labels[(prec, source, peak, _ridge)]
-            ]
-            prefer_above.append(peak >= max(peers) if len(set(peers)) > 1 else source != "measured")
-        heights = [_points(ax, xhi, key[2])[1] for key in roof_labels]
+        for prec, source, peak in roof_labels:
+            envs_here = roof_labels[(prec, source, peak)]
+            peers = {s[3] for s in roof_specs if s[1] == prec and s[0] in envs_here}
+            prefer_above.append(peak >= max(peers) if len(peers) > 1 else source != "measured")
+        heights = [_points(ax, xhi, peak)[1] for *_, peak in roof_labels]
         roof_dy = {
             key: c - y
             for key, y, c in zip(
@@ -464,7 +468,8 @@ def plot_roofline(
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
-            key = (prec, source, peak, ridge)
+            key = (prec, source, peak)
+            lo, hi = f"{min(ridges_of[key]):.3g}", f"{max(ridges_of[key]):.3g}"
             draw_compute_roof(
                 ax,
                 peak,
@@ -474,7 +479,7 @@ def plot_roofline(
                 source=source,
                 gid=_gid("roof", env, "compute", prec, source),
                 label=f"{envs_label(roof_labels[key])}{prec} {source}: {si(peak, 'FLOP/s')}"
-                f" · ridge {ridge:.3g} FLOP/B"
+                f" · ridge {lo if lo == hi else f'{lo}–{hi}'} FLOP/B"
                 if env == roof_labels[key][0]
                 else None,
                 label_dy=roof_dy[key],
