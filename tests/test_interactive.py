@@ -144,6 +144,26 @@ def test_combined_chart_colours_by_env_and_precision(points):
     assert not any("fp16" in r["roof_id"] for r in layer_rows(spec, it.ROOFS))
 
 
+def test_two_envs_of_one_machine_share_a_roof_label_and_keep_close_ones_apart(points):
+    # an eager and a compiled env: one datasheet, two measurements 2% apart
+    ceil = {"local": ceilings(), "local_compiled": ceilings("local_compiled", peak=98e9)}
+    for c in ceil.values():  # the datasheet roofs coincide
+        c["roofs"][1]["value"] = 200e9
+    both = pd.concat([points, points.assign(env="local_compiled")], ignore_index=True)
+    spec = it.roofline_chart(both, ceil).to_dict()
+    shared = layer_rows(spec, "shared_roof_labels")
+    assert [r["text"] for r in shared] == [
+        "local, local_compiled fp32 datasheet: 200 GFLOP/s · ridge 10 FLOP/B"
+    ]
+    own = {r["text"].split(" fp32")[0]: r for r in layer_rows(spec, "roof_labels")}
+    assert set(own) == {"local", "local_compiled"}
+    # pixel offsets (Vega: down is positive) from lines < 1 px apart: the labels are a
+    # label's height apart, the higher roof's (local) on top
+    dy = {e: r["dy"] for e, r in own.items()}
+    assert dy["local_compiled"] - dy["local"] >= it.LABEL_HEIGHT_PX - 1
+    assert layer(spec, "roof_labels")["mark"]["dy"] == {"expr": "datum.dy"}
+
+
 def test_per_kernel_points_from_parsed_ncu(points):
     ncu = parse_ncu_csv(NCU_CSV)
     kern = it.kernel_frame({("local", "resnet50", "fp32", 8): ncu}, combined=False)

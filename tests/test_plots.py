@@ -19,11 +19,10 @@ from dnnroofline.plots import (
     AI_RANGE_LABEL,
     AXIS_X,
     AXIS_Y,
-    LABEL_HEIGHT_PT,
-    place_labels,
     plot_roofline,
     plot_throughput,
 )
+from dnnroofline.roof_labels import LABEL_HEIGHT_PT, place_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

@@ -42,9 +42,15 @@ from dnnroofline import roofline
 from dnnroofline.aggregate import plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.report.compare import short_lever as lever
+from dnnroofline.roof_labels import compute_roof_labels, place_labels, si
 
 WIDTH = 720
 HEIGHT = 440
+LABEL_HEIGHT_PX = 13.0  # a 10 px label's box, with a little air
+# a roof label, right-aligned at the chart's right edge, its row's pixel offset ("dy")
+LABEL_MARK = dict(
+    align="right", baseline="middle", dx=-4, dy=alt.expr("datum.dy"), fontSize=10, clip=True
+)
 #: Mark names: Vega data sets and SVG groups (``g.{name}_marks``) carry them.
 POINTS = "points"
 AI_RANGES = "ai_ranges"  # the horizontal bar of each point's analytic AI range
@@ -71,14 +77,6 @@ def _isnum(x) -> bool:
         return x is not None and not isinstance(x, bool) and math.isfinite(float(x))
     except (TypeError, ValueError):
         return False
-
-
-def si(value: float, unit: str) -> str:
-    """Decimal-prefixed value: ``si(1.23e12, "FLOP/s") == "1.23 TFLOP/s"``."""
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def _color(precision: str, i: int = 0) -> str:
@@ -385,19 +383,6 @@ def roofline_chart(
                     "how": s["note"] or "–",
                 }
             )
-        # the highest roof of its env and precision is labelled above, the others below
-        top = max(
-            t["peak"] for t in specs if (t["env"], t["precision"]) == (s["env"], s["precision"])
-        )
-        label_rows.append(
-            {
-                "x": xhi,
-                "y": s["peak"],
-                "text": label,
-                "series": ser,
-                "place": "above" if s["peak"] >= top else "below",
-            }
-        )
         ridge_rows.append(
             {
                 "x": s["ridge"],
@@ -408,8 +393,32 @@ def roofline_chart(
                 "roof": label,
             }
         )
+    # one label per distinct roof, placed apart from close roofs' labels (roof_labels),
+    # in pixels of the chart as first drawn: a zoom keeps each label next to its line
+    roof_labels = compute_roof_labels(
+        ((s["env"], s["precision"], s["source"], s["peak"], s["ridge"]) for s in specs), combined
+    )
+    decades = math.log10(yhi) - math.log10(ylo)
+    heights = [HEIGHT * (math.log10(peak) - math.log10(ylo)) / decades for *_, peak in roof_labels]
+    placed = place_labels(
+        heights, [lab.prefer_above for lab in roof_labels.values()], height=LABEL_HEIGHT_PX
+    )
+    for ((prec, _source, peak), lab), y, c in zip(
+        roof_labels.items(), heights, placed, strict=True
+    ):
+        label_rows.append(
+            {
+                "x": xhi,
+                "y": peak,
+                "text": lab.text,
+                "series": f"{lab.envs[0]} · {prec}" if combined else prec,
+                "shared": len(lab.envs) > 1,
+                "dy": y - c,  # Vega's y grows downwards
+            }
+        )
     roofs_df = pd.DataFrame(roof_rows)
-    labels = pd.DataFrame(label_rows, columns=["x", "y", "text", "series", "place"])
+    labels = pd.DataFrame(label_rows, columns=["x", "y", "text", "series", "shared", "dy"])
+    label_at = {"x": "x:Q", "y": "y:Q", "text": "text:N"}
     compute_roofs = roofs_df[roofs_df["kind"] == "compute"]
     memory_roofs = roofs_df[roofs_df["kind"] == "memory"]
 
@@ -434,12 +443,13 @@ def roofline_chart(
             strokeDash=alt.StrokeDash("source:N", scale=dash, title="roof source"),
             tooltip=roof_tip,
         ),
-        alt.Chart(labels[labels["place"] == "below"], name="roof_labels_below")
-        .mark_text(align="right", baseline="top", dx=-4, dy=4, fontSize=10, clip=True)
-        .encode(x="x:Q", y="y:Q", text="text:N", color=color_enc),
-        alt.Chart(labels[labels["place"] == "above"], name="roof_labels")
-        .mark_text(align="right", baseline="bottom", dx=-4, dy=-4, fontSize=10, clip=True)
-        .encode(x="x:Q", y="y:Q", text="text:N", color=color_enc),
+        alt.Chart(labels[~labels["shared"]], name="roof_labels")
+        .mark_text(**LABEL_MARK)
+        .encode(**label_at, color=color_enc),
+        # a roof several envs share: its label in grey, since it is no one env's colour
+        alt.Chart(labels[labels["shared"]], name="shared_roof_labels")
+        .mark_text(**LABEL_MARK)
+        .encode(**label_at, color=alt.value("#555555")),
         alt.Chart(pd.DataFrame(mem_label_rows, columns=["x", "y", "text"]), name="memory_labels")
         .mark_text(align="left", baseline="bottom", dx=2, dy=-6, fontSize=10, clip=True)
         .encode(x="x:Q", y="y:Q", text="text:N", color=alt.value("#333333")),

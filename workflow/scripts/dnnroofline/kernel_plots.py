@@ -56,8 +56,8 @@ from dnnroofline.plots import (
     precision_color,
     save_figure,
     sectioned_legend,
-    si,
 )
+from dnnroofline.roof_labels import si
 
 AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
 AXIS_Y_KERNEL = "Kernel performance (FLOP/s): ncu FLOPs / ncu kernel time"

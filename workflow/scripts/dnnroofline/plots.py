@@ -39,6 +39,7 @@ from dnnroofline import roofline
 from dnnroofline.aggregate import ceilings_path, group_summary, plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path
+from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, place_labels
 
 DPI = 150
 AXIS_X = "Arithmetic intensity (FLOP/byte)"
@@ -69,16 +70,6 @@ def precision_color(precision: str) -> str:
     if p in PRECISION_COLORS:
         return PRECISION_COLORS[p]
     return _SPARE_COLORS[sum(map(ord, p)) % len(_SPARE_COLORS)]
-
-
-def si(value: float, unit: str) -> str:
-    """Decimal-prefixed value, e.g. ``si(1.23e12, "FLOP/s") == "1.23 TFLOP/s"``."""
-    if not math.isfinite(value) or value == 0:
-        return f"{value:g} {unit}"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def _gid(*parts: object) -> str:
@@ -182,44 +173,6 @@ def sectioned_legend(
     for i, text in enumerate(leg.get_texts()):
         if i in headers:
             text.set_fontweight("bold")
-
-
-LABEL_HEIGHT_PT = 8.0  # a 7 pt label's box, with a little air
-
-
-def place_labels(
-    lines: list[float], prefer_above: list[bool], height: float = LABEL_HEIGHT_PT
-) -> list[float]:
-    """Where to put each line's label (its centre, in points, across the lines) so that no
-    label overlaps another label or crosses a line. ``lines`` are the parallel lines'
-    positions in points. Each label tries its preferred side first, right next to its
-    line, then moves away from it a label's height at a time; the highest line is
-    placed first, so close lines (two envs of one machine) get a tidy stack."""
-    half, clear = height / 2, 1.0
-    placed: list[float] = []
-
-    def free(c: float) -> bool:
-        lo, hi = c - half, c + half
-        return all(not (lo - clear < y < hi + clear) for y in lines) and all(
-            abs(c - p) >= height for p in placed
-        )
-
-    out = [0.0] * len(lines)
-    for i in sorted(range(len(lines)), key=lambda i: -lines[i]):
-        sides = (1, -1) if prefer_above[i] else (-1, 1)
-        candidates = (
-            lines[i] + side * (half + clear + step * height / 2)
-            for step in range(64)
-            for side in sides
-        )
-        out[i] = next((c for c in candidates if free(c)), lines[i] + half + clear)
-        placed.append(out[i])
-    # The same free slots, handed out in the lines' order: a stack reads top to bottom
-    # like the roofs it labels, and each label stays as close to its line as it can.
-    by_line = sorted(range(len(lines)), key=lambda i: (-lines[i], i))
-    for i, c in zip(by_line, sorted(out, reverse=True), strict=True):
-        out[i] = c
-    return out
 
 
 def draw_compute_roof(
@@ -406,31 +359,23 @@ def plot_roofline(
         ax.grid(True, which="minor", color="0.95", linewidth=0.4)
         ax.set_axisbelow(True)
 
-        # Roofs are drawn per env (their gids name it); a label is drawn once for the
-        # envs that share a roof (two envs of one machine share its datasheet), and the
-        # labels are placed so that close roofs (the same machine measured twice) stay legible.
-        def envs_label(envs_: list[str]) -> str:
-            return ", ".join(envs_) + " " if combined else ""
-
-        # memory roofs: diagonal from the left edge to the farthest ridge they join
-        mem_labels: dict[tuple[str, float], list[str]] = {}
-        for (env, msrc), bw in sorted(mem_specs.items()):
-            mem_labels.setdefault((msrc, bw), []).append(env)
+        # Roofs are drawn per env (their gids name it), labels once per distinct roof:
+        # see roof_labels. Memory roofs: diagonal from the left edge to the farthest
+        # ridge they join, labelled side by side across the diagonals at one x.
+        mem_labels = memory_roof_labels(
+            ((env, msrc, bw) for (env, msrc), bw in sorted(mem_specs.items())), combined
+        )
         label_x = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw in mem_labels)
         angle = math.radians(_diagonal_angle(ax, label_x, 1.0))
         across = [
             -x * math.sin(angle) + y * math.cos(angle)
             for x, y in (_points(ax, label_x, label_x * bw) for _, bw in mem_labels)
         ]
-        mem_dy = {
-            key: c - p
-            for key, p, c in zip(
-                mem_labels, across, place_labels(across, [True] * len(across)), strict=True
-            )
-        }
+        placed = place_labels(across, [lab.prefer_above for lab in mem_labels.values()])
+        mem_dy = {key: c - p for key, p, c in zip(mem_labels, across, placed, strict=True)}
         for (env, msrc), bw in sorted(mem_specs.items()):
             x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
-            envs_here = mem_labels[(msrc, bw)]
+            label = mem_labels[(msrc, bw)]
             draw_memory_roof(
                 ax,
                 bw,
@@ -440,36 +385,23 @@ def plot_roofline(
                 color="0.2",
                 source=msrc,
                 gid=_gid("roof", env, "memory", msrc),
-                label=f"{envs_label(envs_here)}memory {msrc}: {si(bw, 'B/s')}"
-                if env == envs_here[0]
-                else None,
+                label=label.text if env == label.envs[0] else None,
                 label_x=label_x,
                 label_dy=mem_dy[(msrc, bw)],
             )
 
         # compute roofs: horizontal from their ridge to the right edge, ridge marked
-        roof_labels: dict[tuple[str, str, float], list[str]] = {}
-        ridges_of: dict[tuple[str, str, float], list[float]] = {}
-        for env, prec, source, peak, _msrc, bw in roof_specs:
-            roof_labels.setdefault((prec, source, peak), []).append(env)
-            ridges_of.setdefault((prec, source, peak), []).append(peak / bw)
-        prefer_above = []
-        for prec, source, peak in roof_labels:
-            envs_here = roof_labels[(prec, source, peak)]
-            peers = {s[3] for s in roof_specs if s[1] == prec and s[0] in envs_here}
-            prefer_above.append(peak >= max(peers) if len(peers) > 1 else source != "measured")
+        roof_labels = compute_roof_labels(
+            ((env, prec, source, peak, peak / bw) for env, prec, source, peak, _, bw in roof_specs),
+            combined,
+        )
         heights = [_points(ax, xhi, peak)[1] for *_, peak in roof_labels]
-        roof_dy = {
-            key: c - y
-            for key, y, c in zip(
-                roof_labels, heights, place_labels(heights, prefer_above), strict=True
-            )
-        }
+        placed = place_labels(heights, [lab.prefer_above for lab in roof_labels.values()])
+        roof_dy = {key: c - y for key, y, c in zip(roof_labels, heights, placed, strict=True)}
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
             key = (prec, source, peak)
-            lo, hi = f"{min(ridges_of[key]):.3g}", f"{max(ridges_of[key]):.3g}"
             draw_compute_roof(
                 ax,
                 peak,
@@ -478,10 +410,7 @@ def plot_roofline(
                 color=color,
                 source=source,
                 gid=_gid("roof", env, "compute", prec, source),
-                label=f"{envs_label(roof_labels[key])}{prec} {source}: {si(peak, 'FLOP/s')}"
-                f" · ridge {lo if lo == hi else f'{lo}–{hi}'} FLOP/B"
-                if env == roof_labels[key][0]
-                else None,
+                label=roof_labels[key].text if env == roof_labels[key].envs[0] else None,
                 label_dy=roof_dy[key],
             )
             ax.plot(
