@@ -162,6 +162,12 @@ def test_two_envs_of_one_machine_share_a_roof_label_and_keep_close_ones_apart(po
     dy = {e: r["dy"] for e, r in own.items()}
     assert dy["local_compiled"] - dy["local"] >= it.LABEL_HEIGHT_PX - 1
     assert layer(spec, "roof_labels")["mark"]["dy"] == {"expr": "datum.dy"}
+    # their memory roofs coincide too: labelled once each, one step apart up the diagonal
+    mem = layer_rows(spec, "memory_labels")
+    assert sorted(r["text"] for r in mem) == [
+        "local, local_compiled memory datasheet: 20 GB/s",
+        "local, local_compiled memory measured: 10 GB/s",
+    ]
 
 
 def test_per_kernel_points_from_parsed_ncu(points):

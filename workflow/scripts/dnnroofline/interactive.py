@@ -42,7 +42,7 @@ from dnnroofline import roofline
 from dnnroofline.aggregate import plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.report.compare import short_lever as lever
-from dnnroofline.roof_labels import compute_roof_labels, place_labels, si
+from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, place_labels, si
 
 WIDTH = 720
 HEIGHT = 440
@@ -341,15 +341,22 @@ def roofline_chart(
 
     # ---- roofs: polylines (x, y) with one id each
     roof_rows, label_rows, ridge_rows, mem_label_rows = [], [], [], []
+    decades = math.log10(yhi) - math.log10(ylo)
+    # memory roofs: one label per distinct roof (roof_labels), near the diagonal's lower
+    # end, each next one two label heights further up: a staircase, whatever the roofs
+    mem_labels = memory_roof_labels(
+        ((env, msrc, bw) for (env, msrc), (bw, _) in sorted(mem.items())), combined
+    )
+    stair = 10 ** (2 * LABEL_HEIGHT_PX * decades / HEIGHT)  # x factor of one step
     for (env, msrc), (bw, note) in sorted(mem.items()):
         x_end = max(s["ridge"] for s in specs if s["env"] == env and s["mem_source"] == msrc)
         x0 = max(xlo, ylo / bw)
         rid = f"{env} memory {msrc}"
         label = f"{env + ' ' if combined else ''}memory {msrc}: {si(bw, 'B/s')}"
-        # label the diagonal near its lower end, one row per memory roof (staggered)
-        lx = x0 * 1.25 * (6.0 ** len(mem_label_rows))
-        if lx < x_end:
-            mem_label_rows.append({"x": lx, "y": lx * bw, "text": label})
+        shared = mem_labels[(msrc, bw)]
+        lx = x0 * 1.25 * stair ** len(mem_label_rows)
+        if env == shared.envs[0] and lx < x_end:
+            mem_label_rows.append({"x": lx, "y": lx * bw, "text": shared.text})
         for x in (x0, x_end):
             roof_rows.append(
                 {
@@ -398,7 +405,6 @@ def roofline_chart(
     roof_labels = compute_roof_labels(
         ((s["env"], s["precision"], s["source"], s["peak"], s["ridge"]) for s in specs), combined
     )
-    decades = math.log10(yhi) - math.log10(ylo)
     heights = [HEIGHT * (math.log10(peak) - math.log10(ylo)) / decades for *_, peak in roof_labels]
     placed = place_labels(
         heights, [lab.prefer_above for lab in roof_labels.values()], height=LABEL_HEIGHT_PX
