@@ -9,7 +9,7 @@ import pytest
 
 from dnnroofline.complexity import complexity
 from dnnroofline.errors import InputError
-from dnnroofline.models import check_factory
+from dnnroofline.models import check_factory, model_kwargs_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "tests" / "data" / "models"
@@ -87,3 +87,23 @@ def test_cifar_example_config_plans_both_envs_and_all_three_models(tmp_path):
             for batch in (32, 64):
                 run = f"results/{env}/runs/{env}_{model}_fp32_bs{batch}_run3.json"
                 assert run in planned, run
+
+
+@pytest.mark.parametrize(
+    "script", ["complexity.py", "run_train.py", "trace_step.py"], ids=lambda s: s[:-3]
+)
+@pytest.mark.parametrize(
+    "text, message", [("nope", "'nope': not JSON"), ("[1]", "'[1]': must be a JSON object")]
+)
+def test_bad_model_kwargs_are_refused_by_each_script(script, text, message):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "workflow" / "scripts" / script), "--arch", "m",
+         "--batch-size", "1", "--model-kwargs", text, "--out", "unused.json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{script}: error: argument --model-kwargs: {message}" in proc.stderr
+
+
+def test_model_kwargs_arg_reads_a_json_object():
+    assert model_kwargs_arg('{"width": 4}') == {"width": 4}

@@ -18,16 +18,15 @@ model, batch size below 1), with the reason on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import write_json_atomic  # noqa: E402
+from dnnroofline.models import model_kwargs_arg  # noqa: E402
 
 DEFAULT_THREADS = 2
 
@@ -43,7 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="MODULE:CALLABLE",
         help="build the model with this factory (--arch is then its name)",
     )
-    ap.add_argument("--model-kwargs", default="{}", help="JSON object passed to the factory")
+    ap.add_argument(
+        "--model-kwargs",
+        type=model_kwargs_arg,
+        default="{}",
+        help="JSON object passed to the factory",
+    )
     ap.add_argument(
         "--threads",
         type=int,
@@ -71,22 +75,10 @@ def _threads(requested: int | None) -> int:
     return DEFAULT_THREADS
 
 
-def _kwargs(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--model-kwargs {text!r}: not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"--model-kwargs {text!r}: must be a JSON object")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         threads = _threads(args.threads)
-        # fvcore/torchvision apply torch.jit.script at import: a deprecation notice, not ours
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script", category=FutureWarning)
         import torch
 
         torch.set_num_threads(threads)
@@ -99,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 image_size=args.image_size,
                 num_classes=args.num_classes,
                 factory=args.model_factory,
-                kwargs=_kwargs(args.model_kwargs),
+                kwargs=args.model_kwargs,
             )
         except ModelCannotRun as exc:
             result = failed_complexity(

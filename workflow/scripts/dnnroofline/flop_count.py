@@ -567,7 +567,9 @@ def trace_flops(
     """Trace ``model(*args)`` with fvcore and our handles; ``saved_hooks`` (a
     ``saved_tensors_hooks`` pack/unpack pair) record the saved tensors in the same (real)
     forward, so one forward serves both counts."""
-    from fvcore.nn import FlopCountAnalysis
+    with warnings.catch_warnings():  # fvcore.nn torch.jit.scripts a loss at import
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script", category=FutureWarning)
+        from fvcore.nn import FlopCountAnalysis
 
     counter = _GraphCounter(args, _unique_state(model))
     with contextlib.ExitStack() as stack:

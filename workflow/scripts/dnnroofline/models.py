@@ -10,8 +10,10 @@ where ``examples/`` lives), the working directory or ``PYTHONPATH``, called with
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -28,6 +30,17 @@ def _import_paths() -> None:
     for folder in (os.getcwd(), str(WORKFLOW_ROOT)):
         if folder not in sys.path:
             sys.path.append(folder)
+
+
+def model_kwargs_arg(text: str) -> dict[str, Any]:
+    """argparse ``type`` of ``--model-kwargs``: a JSON object, passed to the factory."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a JSON object")
+    return value
 
 
 def load_factory(factory: str, where: str = "--model-factory") -> Callable[..., Any]:

@@ -119,35 +119,24 @@ def _paired_memory(memory: Mapping[str, float], source: str) -> tuple[str, float
     return other, memory[other]
 
 
+# the red ring of a point above its roof (the legend's entry draws it smaller)
+_ABOVE_ROOF_RING = dict(
+    linestyle="none",
+    marker="o",
+    markerfacecolor="none",
+    markeredgecolor=ABOVE_ROOF_COLOR,
+    markeredgewidth=1.8,
+)
+
+
 def draw_above_roof_ring(ax, x: float, y: float, gid: str, *, zorder: float = 7):
     """A red ring around a point above its roof: the peak behind it needs checking."""
-    ax.plot(
-        [x],
-        [y],
-        linestyle="none",
-        marker="o",
-        markersize=15,
-        markerfacecolor="none",
-        markeredgecolor=ABOVE_ROOF_COLOR,
-        markeredgewidth=1.8,
-        gid=gid,
-        zorder=zorder,
-    )
+    ax.plot([x], [y], markersize=15, gid=gid, zorder=zorder, **_ABOVE_ROOF_RING)
 
 
 def above_roof_handle() -> Line2D:
     """The legend entry of draw_above_roof_ring."""
-    return Line2D(
-        [],
-        [],
-        linestyle="none",
-        marker="o",
-        markersize=11,
-        markerfacecolor="none",
-        markeredgecolor=ABOVE_ROOF_COLOR,
-        markeredgewidth=1.8,
-        label=ABOVE_ROOF_LABEL,
-    )
+    return Line2D([], [], markersize=11, label=ABOVE_ROOF_LABEL, **_ABOVE_ROOF_RING)
 
 
 def sectioned_legend(

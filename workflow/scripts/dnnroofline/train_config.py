@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.models import model_kwargs_arg
 from dnnroofline.nvml_sampler import NvmlSampler
 from dnnroofline.study import COMPILE_MODES, SUPPORTED_PRECISIONS, UNSUPPORTED_REASON
 
@@ -563,7 +564,12 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="MODULE:CALLABLE",
         help="build the model with this factory; --arch is then its name",
     )
-    p.add_argument("--model-kwargs", default="{}", help="JSON object passed to the factory")
+    p.add_argument(
+        "--model-kwargs",
+        type=model_kwargs_arg,
+        default="{}",
+        help="JSON object passed to the factory",
+    )
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers (--data only)")
     p.add_argument("--pin-memory", action="store_true", help="pinned host batches (CUDA only)")
     p.add_argument("--num-classes", type=int, default=1000)
@@ -626,7 +632,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         compile=args.compile,
         cudnn_benchmark=args.cudnn_benchmark,
         model_factory=args.model_factory,
-        model_kwargs=_model_kwargs(args.model_kwargs),
+        model_kwargs=args.model_kwargs,
         workers=args.workers,
         pin_memory=args.pin_memory,
         num_classes=args.num_classes,
@@ -639,15 +645,3 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         rank=getattr(args, "rank", None),  # run_train.py's own (a rank's command line)
         dist_store=getattr(args, "dist_store", None),
     )
-
-
-def _model_kwargs(text: str) -> dict[str, Any]:
-    import json
-
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"run_train.py: error: --model-kwargs {text!r}: not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise SystemExit(f"run_train.py: error: --model-kwargs {text!r}: must be a JSON object")
-    return value
