@@ -181,8 +181,9 @@ def test_snakemake_report_loads_and_shows_the_roofline(tiny_study, page, tmp_pat
     p.get_by_text("Results", exact=True).first.click()
     p.get_by_text("5. Analysis", exact=True).click()
     p.locator("tr", has_text="analysis").first.locator("a[iconname=eye]").click()
-    body = shown_frame(p).locator("body")
-    body.locator("h2", has_text="At a glance").wait_for(timeout=10_000)
+    # a frame locator re-resolves the iframe (the roofline's may be shown a moment more)
+    body = p.frame_locator("iframe").last.locator("body")
+    body.locator("h2", has_text="At a glance").wait_for(timeout=30_000)
     text = body.inner_text()
     for heading in ("Across models", "Across environments", "Memory footprint", "Per point"):
         assert heading in text
