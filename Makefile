@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: study test lint setup setup-dev gpu-check lock clean
+.PHONY: study test lint setup setup-dev gpu-check gpu-wheels lock clean
 
 # The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
 # x86_64 (glibc >= 2.28). make study installs LOCK, make test DEV_LOCK (a superset).
@@ -21,8 +21,17 @@ LOCK_PYTHON := 3.11
 WHEELS ?=
 PIP_SOURCE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 
-$(VENV)/.runtime: requirements.txt $(LOCK)
+# The venv. With WHEELS it also sees the packages of the PYTHON that made it: a GPU
+# image's python is often a venv itself, whose packages --system-site-packages misses.
+$(BIN)/python:
 	$(PYTHON) -m venv $(if $(WHEELS),--system-site-packages,) $(VENV)
+	$(if $(WHEELS),$(PYTHON) -c '$(HOST_SITE_PTH)' "$$($(BIN)/python -c '$(PURELIB)')",)
+
+HOST_SITE_PTH := import site, sys; print(*site.getsitepackages(), sep="\n", \
+	file=open(sys.argv[1] + "/host-site-packages.pth", "w"))
+PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
+
+$(VENV)/.runtime: requirements.txt $(LOCK) $(BIN)/python
 	@$(BIN)/python -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(LOCK_PYTHON)")' || echo \
 		"setup: warning: the lock is for Python $(LOCK_PYTHON), not this $$($(BIN)/python -V)" >&2
 	$(if $(WHEELS),,$(BIN)/python -m pip install -q --upgrade pip)
@@ -31,7 +40,7 @@ $(VENV)/.runtime: requirements.txt $(LOCK)
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
-	$(BIN)/python -m pip install -q $(if $(WHEELS),-r requirements-dev.txt,--require-hashes -r $(DEV_LOCK))
+	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r requirements-dev.txt,--require-hashes -r $(DEV_LOCK))
 	touch $@
 
 setup: $(VENV)/.runtime
@@ -50,6 +59,15 @@ gpu-check:
 		$(MAKE) --no-print-directory setup WHEELS="$(WHEELS)" && \
 		python scripts/gpu_check.py run --cores $(CORES); \
 	fi
+
+## For a GPU machine without a package index: the wheels that make gpu-check WHEELS=dir
+## installs there, at the locked versions, for its Python (GPU_PYTHON) on x86_64 Linux,
+## without the torch stack (the machine's own) and what INSTALLED (its pip freeze) lists.
+GPU_PYTHON ?= $(LOCK_PYTHON)
+INSTALLED ?=
+gpu-wheels:
+	$(PYTHON) scripts/gpu_check.py wheels --dest $(or $(WHEELS),wheels) --lock $(LOCK) \
+		--python-version $(GPU_PYTHON) $(if $(INSTALLED),--installed $(INSTALLED),)
 
 ## The whole test suite, on TEST_WORKERS processes (tests/conftest.py sends each file, and
 ## the tiny study's users together, to one worker).

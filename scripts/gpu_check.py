@@ -3,8 +3,11 @@
     python3 scripts/gpu_check.py detect    # one line; exit 0 with an NVIDIA GPU, 1 without
     python scripts/gpu_check.py run        # the study of config/gpu_check.yaml, then summary
     python scripts/gpu_check.py summary    # the summary table of the results already there
+    python3 scripts/gpu_check.py wheels --dest DIR --python-version 3.12 [--installed FILE]
+                                           # the locked wheels for a GPU machine without an index
 
-`detect` uses the standard library only, so it runs before anything is installed.
+`detect` and `wheels` use the standard library (and pip) only: they run before anything
+is installed.
 """
 
 from __future__ import annotations
@@ -16,12 +19,24 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "config/gpu_check.yaml"
 ENV = "local"  # the default env: device auto, so cuda on an NVIDIA machine
 SUMMARY = "results/gpu_check_summary.md"
+# The glibc the lock is resolved for (make lock: x86_64-manylinux_2_28) and all below it:
+# pip download matches each --platform exactly.
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
+
+
+def _package():
+    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 
 def find_gpu() -> str | None:
@@ -54,7 +69,7 @@ def detect() -> int:
 
 
 def summary() -> int:
-    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+    _package()
     from dnnroofline.gpu_check import summary_markdown
 
     results = ROOT / "results"
@@ -78,6 +93,55 @@ def summary() -> int:
     return 0
 
 
+def wheels(dest: Path, python_version: str | None, lock: Path, installed: Path | None) -> int:
+    """Download the locked versions, for the GPU machine's Python on x86_64 Linux, of every
+    package but the torch stack and those in INSTALLED; build the pure-Python sdists that
+    PyPI has no wheel of into wheels, so that pip installs them there without an index."""
+    _package()
+    from dnnroofline import lockfile
+    from dnnroofline.errors import InputError
+
+    python_version = python_version or lockfile.LOCK_PYTHON
+    try:
+        pins = lockfile.parse_lock(lock.read_text(), str(lock))
+        have = (
+            lockfile.parse_installed(installed.read_text(), str(installed)) if installed else set()
+        )
+    except (InputError, OSError) as exc:
+        print(f"gpu-wheels: error: {exc}", file=sys.stderr)
+        return 2
+    wanted = lockfile.wheel_pins(pins, have)
+    dest.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip"]
+    target = ["--python-version", python_version, "--implementation", "cp"]
+    download = [*pip, "download", "--quiet", "--no-deps", "--dest", str(dest), *target]
+    download += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    print(f"gpu-wheels: {len(wanted)} of the {len(pins)} pins in {lock} into {dest}", flush=True)
+    rc = subprocess.run([*download, *(f"{n}=={v}" for n, v in wanted.items())]).returncode
+    if rc != 0:
+        print(f"gpu-wheels: pip download failed (exit {rc})", file=sys.stderr)
+        return rc
+    for sdist in sorted([*dest.glob("*.tar.gz"), *dest.glob("*.zip")]):
+        with tempfile.TemporaryDirectory() as built:
+            cmd = [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", built, str(sdist)]
+            rc = subprocess.run(cmd).returncode
+            made = list(Path(built).glob("*.whl"))
+            if rc != 0 or len(made) != 1 or not made[0].name.endswith("-none-any.whl"):
+                print(
+                    f"gpu-wheels: {sdist.name} has no wheel on PyPI for Python {python_version} "
+                    "and did not build into one pure-Python wheel here: build it on the GPU "
+                    "machine's Python, or list it in INSTALLED",
+                    file=sys.stderr,
+                )
+                return rc or 1
+            shutil.move(made[0], dest / made[0].name)
+        sdist.unlink()
+    files = sorted(dest.glob("*.whl"))
+    size = sum(f.stat().st_size for f in files) / 2**20
+    print(f"gpu-wheels: {len(files)} wheels, {size:.1f} MiB in {dest}")
+    return 0
+
+
 def run(cores: str) -> int:
     os.chdir(ROOT)
     if find_gpu() is None:
@@ -97,11 +161,18 @@ def run(cores: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=["detect", "run", "summary"])
+    ap.add_argument("command", choices=["detect", "run", "summary", "wheels"])
     ap.add_argument("--cores", default="all")
+    wheel_args = ap.add_argument_group("wheels")
+    wheel_args.add_argument("--dest", type=Path, default=Path("wheels"))
+    wheel_args.add_argument("--python-version", help="the GPU machine's (default: the lock's)")
+    wheel_args.add_argument("--lock", type=Path, default=ROOT / "requirements.lock")
+    wheel_args.add_argument("--installed", type=Path, help="its pip freeze: left out")
     args = ap.parse_args(argv)
     if args.command == "detect":
         return detect()
+    if args.command == "wheels":
+        return wheels(args.dest, args.python_version, args.lock, args.installed)
     if args.command == "summary":
         return summary()
     return run(args.cores)

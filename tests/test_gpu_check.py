@@ -51,6 +51,92 @@ def test_detect_names_the_gpu_that_nvidia_smi_lists(tmp_path):
     assert out.stdout.strip() == "gpu-check: found NVIDIA H100 80GB HBM3"
 
 
+# --------------------------------------------------------------------------- gpu-wheels
+
+SETUP_PY_PLATFORM_WHEEL = """\
+from setuptools import setup
+from setuptools.dist import Distribution
+
+
+class Binary(Distribution):  # a wheel tagged for this CPython, as a C extension gives
+    def has_ext_modules(self):
+        return True
+
+
+setup(name="tinybin", version="1.0", py_modules=["tinybin"], distclass=Binary)
+"""
+
+
+def _sdist(links: Path, name: str, setup_py: str | None = None) -> None:
+    """An sdist of a one-module package, as PyPI serves one that has no wheel."""
+    src = links / f"{name}-1.0"
+    src.mkdir(parents=True)
+    (src / f"{name}.py").write_text("X = 1\n")
+    (src / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if setup_py:
+        (src / "setup.py").write_text(setup_py)
+    else:
+        (src / "pyproject.toml").write_text(
+            '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "{name}"\nversion = "1.0"\n'
+        )
+    subprocess.run(["tar", "czf", f"{src.name}.tar.gz", src.name], cwd=links, check=True)
+
+
+def _wheels(tmp_path: Path, lock_text: str, *extra: str) -> subprocess.CompletedProcess:
+    """gpu_check.py wheels against a local package dir (no index; this venv's setuptools)."""
+    (tmp_path / "lock").write_text(lock_text)
+    env = dict(
+        os.environ,
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(tmp_path / "links"),
+        PIP_NO_BUILD_ISOLATION="0",  # pip's inverted spelling: build without isolation
+    )
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "wheels"]
+    cmd += ["--dest", str(tmp_path / "out"), "--lock", str(tmp_path / "lock"), *extra]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_gpu_wheels_turn_a_pure_sdist_into_a_wheel_and_leave_out_torch_and_the_installed(
+    tmp_path,
+):
+    links = tmp_path / "links"
+    _sdist(links, "tinypkg")
+    _sdist(links, "tinyhave")
+    (tmp_path / "freeze.txt").write_text("tinyhave==1.0\ntorchvision==0.1\n")
+    lock = "".join(
+        f"{pin} --hash=sha256:aa\n"
+        for pin in ("tinypkg==1.0", "tinyhave==1.0", "torch==2.14.1", "nvidia-nccl-cu13==2.28")
+    )
+    out = _wheels(
+        tmp_path, lock, "--python-version", "3.12", "--installed", str(tmp_path / "freeze.txt")
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tinypkg-1.0-py3-none-any.whl"]
+    assert "1 of the 4 pins" in out.stdout and "1 wheels" in out.stdout
+
+
+def test_gpu_wheels_refuse_an_sdist_that_builds_only_for_this_python(tmp_path):
+    _sdist(tmp_path / "links", "tinybin", SETUP_PY_PLATFORM_WHEEL)
+    out = _wheels(tmp_path, "tinybin==1.0 --hash=sha256:aa\n", "--python-version", "3.12")
+    assert out.returncode == 1
+    assert "tinybin-1.0.tar.gz has no wheel on PyPI for Python 3.12" in out.stderr
+    assert "did not build into one pure-Python wheel" in out.stderr
+
+
+def test_gpu_wheels_name_what_is_wrong(tmp_path):
+    (tmp_path / "links").mkdir()
+    missing = _wheels(tmp_path, "tinynone==1.0 --hash=sha256:aa\n")
+    assert missing.returncode != 0 and "pip download failed" in missing.stderr
+    (tmp_path / "freeze.txt").write_text("numpy>=2\n")
+    bad = _wheels(
+        tmp_path, "tinynone==1.0 --hash=sha256:aa\n", "--installed", str(tmp_path / "freeze.txt")
+    )
+    assert bad.returncode == 2
+    assert f"{tmp_path / 'freeze.txt'} line 1: 'numpy>=2' is not a package name" in bad.stderr
+
+
 CEILINGS = {
     "device_name": "NVIDIA H100 80GB HBM3",
     "roofs": [

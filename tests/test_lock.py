@@ -4,6 +4,7 @@ and the report says whether a machine's versions match the lock."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,55 @@ def test_make_installs_from_the_locks(tmp_path):
     assert "--require-hashes" not in wheels
 
 
+def test_wheels_venv_sees_the_packages_of_a_python_that_is_itself_a_venv(tmp_path):
+    # a GPU image's python is often a venv (/opt/torch/.venv): --system-site-packages alone
+    # gives the base interpreter's packages, not that venv's torch
+    host = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(host)], check=True)
+    host_site = subprocess.run(
+        [host / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(host_site) / "host_only_marker.py").write_text("WHERE = 'host venv'\n")
+    venv = tmp_path / "v"
+    make = ["make", "--no-print-directory", f"VENV={venv}", f"PYTHON={host / 'bin' / 'python'}"]
+    for wheels, found in ((f"WHEELS={tmp_path}", "host venv"), ("WHEELS=", "missing")):
+        subprocess.run(["rm", "-rf", str(venv)], check=True)
+        subprocess.run(
+            [*make, wheels, f"{venv}/bin/python"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        seen = subprocess.run(
+            [
+                venv / "bin" / "python",
+                "-c",
+                "import importlib.util as u; print('host venv' if u.find_spec('host_only_marker') "
+                "else 'missing')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert seen == found, wheels
+
+
+def test_make_gpu_wheels_passes_its_settings_on(tmp_path):
+    out = _make_n("gpu-wheels", f"WHEELS={tmp_path}", "GPU_PYTHON=3.12", "INSTALLED=freeze.txt")
+    assert f"wheels --dest {tmp_path} --lock requirements.lock" in out
+    assert "--python-version 3.12 --installed freeze.txt" in out
+    assert f"--python-version {lockfile.LOCK_PYTHON} \n" in _make_n("gpu-wheels") + "\n"
+
+
+def test_make_dev_setup_with_wheels_stays_off_the_index(tmp_path):
+    out = _make_n("setup-dev", f"VENV={tmp_path / 'v'}", f"WHEELS={tmp_path}")
+    assert f"--no-index --find-links {tmp_path} -r requirements-dev.txt" in out
+
+
 def test_make_lock_targets_the_locked_python_and_platform(tmp_path):
     out = _make_n("lock", f"LOCK_TOOLS={tmp_path / 'tools'}")
     compiles = [line for line in out.splitlines() if " pip compile " in line]
@@ -177,6 +227,46 @@ def test_parse_lock_reads_hashed_pins():
 def test_parse_lock_refuses_what_pip_would_not_install_exactly(text, message):
     with pytest.raises(InputError, match=message):
         lockfile.parse_lock(text, "x.lock")
+
+
+# --------------------------------------------------------------------------- gpu wheels
+
+
+def test_parse_installed_reads_pip_freeze_and_bare_names():
+    freeze = (
+        "PyYAML==6.0.3\nfoo @ file:///wheels/foo.whl\n-e git+https://x#egg=y\n"
+        "bar[cli] == 1.0\n# c\n\nnumpy\n"
+    )
+    assert lockfile.parse_installed(freeze, "freeze.txt") == {
+        "pyyaml": "6.0.3",
+        "foo": None,
+        "bar": "1.0",
+        "numpy": None,
+    }
+    with pytest.raises(InputError, match=r"freeze.txt line 2: 'numpy>=2' is not a package name"):
+        lockfile.parse_installed("six==1.17\nnumpy>=2\n", "freeze.txt")
+
+
+def test_wheel_pins_leave_out_the_torch_stack_and_what_the_machine_has_at_that_version():
+    pins = {
+        "torch": "2.14.1",
+        "torchvision": "0.29.1",
+        "triton": "3.7",
+        "nvidia-cublas": "13",
+        "cuda-bindings": "13",
+        "snakemake": "9.27.1",
+        "packaging": "25.0",
+        "numpy": "2.4.6",
+        "pandas": "3.1.1",
+    }
+    installed = {"numpy": "2.4.6", "packaging": "26.3", "pandas": None, "torch": "2.11.0"}
+    # packaging 26.3 is brought at 25.0: pip takes the locked one where a bound refuses 26
+    assert lockfile.wheel_pins(pins, installed) == {"packaging": "25.0", "snakemake": "9.27.1"}
+    # the real lock: all but the torch stack, the pipeline's own packages kept
+    wanted = lockfile.wheel_pins(LOCK, {})
+    assert {"snakemake", "fvcore", "altair", "vl-convert-python"} <= set(wanted)
+    assert not {"torch", "torchvision", "triton"} & set(wanted)
+    assert not any(n.startswith(("nvidia-", "cuda-")) for n in wanted)
 
 
 # --------------------------------------------------------------------------- machine vs lock

@@ -77,6 +77,49 @@ def parse_lock(text: str, where: str = "requirements.lock") -> dict[str, str]:
     return pins
 
 
+#: What a GPU machine's own torch brings with it: ``make gpu-wheels`` leaves these out.
+_TORCH_STACK = re.compile(r"^(torch|torchvision|triton|nvidia-.+|cuda-.+)$")
+_FREEZE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:==\s*(\S+)|@.*)?$")
+
+
+def parse_installed(text: str, where: str) -> dict[str, str | None]:
+    """``{canonical name: version or None}`` of a machine's ``pip freeze`` (or of a list
+    of names, one a line: versions unknown).
+
+    ``name==version``, ``name @ url`` and bare names count; ``-e`` lines, comments and
+    blank lines are skipped; anything else is an InputError naming the file and line.
+    """
+    installed: dict[str, str | None] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-e "):
+            continue
+        match = _FREEZE.match(line)
+        if not match:
+            raise InputError(
+                f"{where} line {number}: {line!r} is not a package name, name==version "
+                "or name @ url (write it with: pip freeze)"
+            )
+        installed[canonical_name(match.group(1))] = match.group(2)
+    return installed
+
+
+def wheel_pins(pins: Mapping[str, str], installed: Mapping[str, str | None]) -> dict[str, str]:
+    """The locked pins to bring as wheels to a GPU machine without a package index.
+
+    Left out: the torch stack (the machine's own torch is used) and what the machine has
+    at the locked version, or at a version not given. A package it has at another
+    version is brought: pip keeps the machine's where that satisfies every bound, and
+    takes the locked wheel where not (snakemake 9 refuses packaging 26, for one).
+    """
+    return {
+        name: version
+        for name, version in sorted(pins.items())
+        if not _TORCH_STACK.match(name)
+        and not (name in installed and installed[name] in (None, version))
+    }
+
+
 def conda_pins(spec: Mapping, where: str) -> dict[str, str | None]:
     """``{canonical pip name: pinned version or None}`` of a conda env file's dependencies.
 
