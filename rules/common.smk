@@ -161,8 +161,7 @@ def run_files():
 
 def ncu_files():
     files = [
-        f"results/{c.env}/ncu/{c.config_key}.json"
-        for c in STUDY.configs(STUDY.cuda_envs_measured())
+        f"results/{c.env}/ncu/{c.config_key}.json" for c in STUDY.profiled_configs()
     ]
     for env in copied_envs():
         found = sorted(glob.glob(f"results/{env}/ncu/*.json"))
@@ -189,7 +188,7 @@ def benchmark_files():
         files.append(f"results/{env}/benchmarks/ncu/selftest.tsv")
     files += [
         f"results/{c.env}/benchmarks/ncu/{c.config_key}.tsv"
-        for c in STUDY.configs(STUDY.cuda_envs_measured())
+        for c in STUDY.profiled_configs()
     ]
     return files + trace_benchmark_files()  # rules/traces_common.smk
 
@@ -262,6 +261,7 @@ def resolved_config():
             threads=STUDY.threads(env),
             precisions=STUDY.precisions(env),
             batch_sizes=STUDY.batch_sizes(env),
+            batch_sizes_by_model={m: STUDY.batch_sizes(env, m) for m in STUDY.models},
             **STUDY.options(env),
         )
         for env, spec in config["envs"].items()
@@ -274,6 +274,7 @@ def resolved_config():
             "image_size": STUDY.image_size(m),
             "num_classes": STUDY.num_classes(m),
             "kwargs": dict(s.kwargs),
+            "batch_sizes": list(s.batch_sizes) or None,
         }
         for m, s in STUDY.model_specs.items()
     }

@@ -1,5 +1,6 @@
 # Nsight Compute: one whole training step (backward and optimizer included) per
-# (env, model, precision, batch) on CUDA envs. Counts come from here; durations
+# (env, model, precision, batch) on CUDA envs (at ncu.batch_sizes, where given).
+# Counts come from here; durations
 # come from the uninstrumented runs, since ncu serializes and replays kernels.
 # Target functions (ncu_targets) live in ncu_common.smk.
 

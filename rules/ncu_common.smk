@@ -4,7 +4,7 @@
 def ncu_configs():
     """Every config with an ncu capture: CUDA envs measured here, and captures
     copied in from other machines (results/{env}/ncu/*.json of a copied env)."""
-    configs = STUDY.configs(STUDY.cuda_envs_measured())
+    configs = STUDY.profiled_configs()
     for env in copied_envs():
         by_key = {c.config_key: c for c in STUDY.configs([env])}
         for path in sorted(glob.glob(f"results/{env}/ncu/*.json")):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-from report_fixtures import make_complexity, make_points
+from report_fixtures import make_complexity, make_points, table_row
 
+from dnnroofline.report import all_sections
 from dnnroofline.report.design import design_section
 
 
@@ -66,3 +67,20 @@ def test_hypothesis_when_all_points_are_compute_bound(inputs):
     # medians 91.25 vs 22.5 GFLOP/s: 4.06x apart, not similar
     assert "span 4.06× in attained GFLOP/s" in html
     assert "not similar, so kernel efficiency, not AI, separates them" in html
+
+
+def test_models_at_their_own_batch_sizes_shape_the_matrix_and_the_commands(inputs):
+    # study_config.json resolves each model's batch sizes (study.models' batch_sizes)
+    inputs["config"]["envs"]["local"]["batch_sizes_by_model"] = {
+        "resnet50": [8],
+        "mobilenet_v2": [8, 16],
+    }
+    sections = all_sections(**inputs)
+    design = sections["design.html"]
+    assert table_row(design, "batch sizes", "resnet50: 8; mobilenet_v2: 8, 16")
+    assert "9 runs expected" in design
+    assert "local_resnet50_fp32_bs16_run1" in design  # measured, now outside the matrix
+    repro = sections["reproducibility.html"]
+    assert "complexity.py --arch resnet50 --image-size 224 --batch-size 16" not in repro
+    assert "complexity.py --arch resnet50 --image-size 224 --batch-size 8" in repro
+    assert "complexity.py --arch mobilenet_v2 --image-size 224 --batch-size 16" in repro

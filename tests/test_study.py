@@ -246,3 +246,56 @@ def test_model_entry_name_given_twice_is_refused():
     config = make_config(models=["resnet18", {"name": "resnet18", "factory": "a:b"}])
     with pytest.raises(InputError, match="model name 'resnet18' is given twice"):
         make_study(config)
+
+
+def test_model_entry_without_factory_sets_its_own_batch_sizes():
+    # the GPU study of issue 9: resnet50 at 64 and 256, the others at the study's 128
+    config = make_config(
+        models=[{"name": "resnet50", "batch_sizes": [64, 256]}, "resnet18"], batch_sizes=[128]
+    )
+    study = make_study(config)
+    assert sorted({(r.model, r.batch) for r in study.runs()}) == [
+        ("resnet18", 128),
+        ("resnet50", 64),
+        ("resnet50", 256),
+    ]
+    assert study.model_args("resnet50")[0] == "--arch resnet50"  # torchvision's, no factory
+    assert study.complexity_keys() == [("resnet18", 128), ("resnet50", 64), ("resnet50", 256)]
+    # an env's batch sizes (its machine's memory) override the model's
+    config["envs"]["local"]["batch_sizes"] = [8]
+    assert {(r.model, r.batch) for r in make_study(config).runs()} == {
+        ("resnet18", 8),
+        ("resnet50", 8),
+    }
+
+
+def test_model_entry_without_factory_must_be_a_torchvision_model_and_take_no_kwargs():
+    with pytest.raises(InputError, match=r"unknown model 'resnet5'.*'resnet50'"):
+        make_study(make_config(models=[{"name": "resnet5", "batch_sizes": [4]}]))
+    with pytest.raises(InputError, match="model 'resnet50' has kwargs but no factory"):
+        make_study(make_config(models=[{"name": "resnet50", "kwargs": {"width": 2}}]))
+
+
+def test_ncu_batch_sizes_choose_the_profiled_configs():
+    config = make_config(
+        models=[{"name": "resnet50", "batch_sizes": [64, 256]}, "resnet18"],
+        precisions=["amp", "bf16"],
+        batch_sizes=[128],
+    )
+    assert len(make_study(config, device="cuda").profiled_configs()) == 2 * 3  # all
+    config["ncu"] = {"batch_sizes": [128, 256]}
+    study = make_study(config, device="cuda")
+    assert sorted(c.config_key for c in study.profiled_configs()) == [
+        "local_resnet18_amp_bs128",
+        "local_resnet18_bf16_bs128",
+        "local_resnet50_amp_bs256",
+        "local_resnet50_bf16_bs256",
+    ]
+    config["envs"]["cpu"] = {"device": "cpu", "precisions": ["bf16"]}
+    study = make_study(config, device="cuda", cpu_flags=["amx_bf16"])
+    assert {c.env for c in study.profiled_configs()} == {"local"}  # not the CPU env
+    config["ncu"] = {"batch_sizes": [512]}
+    with pytest.raises(
+        InputError, match=r"ncu.batch_sizes: 512 is not a batch size of the study \(64, 128, 256\)"
+    ):
+        make_study(config, device="cuda")

@@ -78,6 +78,7 @@ class ModelSpec:
     image_size: int | None = None  # overrides study.image_size
     num_classes: int | None = None  # overrides study.num_classes
     kwargs: tuple[tuple[str, Any], ...] = ()
+    batch_sizes: tuple[int, ...] = ()  # overrides study.batch_sizes (an env's override both)
 
     @classmethod
     def from_entry(cls, entry: Any) -> ModelSpec:
@@ -86,10 +87,11 @@ class ModelSpec:
         kwargs = entry.get("kwargs") or {}
         return cls(
             name=str(entry["name"]),
-            factory=str(entry["factory"]),
+            factory=str(entry["factory"]) if entry.get("factory") else None,
             image_size=entry.get("image_size"),
             num_classes=entry.get("num_classes"),
             kwargs=tuple(sorted(kwargs.items())),
+            batch_sizes=tuple(int(b) for b in entry.get("batch_sizes") or ()),
         )
 
     def describe(self) -> str:
@@ -158,6 +160,7 @@ class Study:
             self._check_precisions(env)
             self._check_options(env)
         self._check_unambiguous()
+        self._check_ncu_batch_sizes()
 
     # ---- per-env settings -------------------------------------------------
     def device(self, env: str) -> str:
@@ -246,8 +249,15 @@ class Study:
     def precisions(self, env: str) -> list[str]:
         return list(self.envs[env].get("precisions") or self.study["precisions"])
 
-    def batch_sizes(self, env: str) -> list[int]:
-        return list(self.envs[env].get("batch_sizes") or self.study["batch_sizes"])
+    def batch_sizes(self, env: str, model: str | None = None) -> list[int]:
+        """The batch sizes the env runs (the model) at: the env's ``batch_sizes``, else the
+        model's, else the study's. An env's limit is its machine's memory, so it wins."""
+        spec = self.model_specs.get(model) if model else None
+        return list(
+            self.envs[env].get("batch_sizes")
+            or (spec.batch_sizes if spec else ())
+            or self.study["batch_sizes"]
+        )
 
     @property
     def models(self) -> list[str]:
@@ -263,7 +273,7 @@ class Study:
         for env in self.envs if envs is None else envs:
             for model in self.models:
                 for precision in self.precisions(env):
-                    for batch in self.batch_sizes(env):
+                    for batch in self.batch_sizes(env, model):
                         for n in range(1, int(self.study.get("runs", 3)) + 1):
                             out.append(Run(env, model, precision, batch, n))
         return out
@@ -278,6 +288,18 @@ class Study:
     def complexity_keys(self) -> list[tuple[str, int]]:
         keys = {(r.model, r.batch) for r in self.configs()}
         return sorted(keys)
+
+    def profiled_configs(self) -> list[Run]:
+        """The configs Nsight Compute profiles here: those of the CUDA envs measured here,
+        at ``ncu.batch_sizes`` where given (the others keep the analytic AI)."""
+        chosen = self.ncu_batch_sizes
+        configs = self.configs(self.cuda_envs_measured())
+        return [c for c in configs if chosen is None or c.batch in chosen]
+
+    @property
+    def ncu_batch_sizes(self) -> list[int] | None:
+        chosen = (self.config.get("ncu") or {}).get("batch_sizes")
+        return None if chosen is None else [int(b) for b in chosen]
 
     def cuda_envs_measured(self) -> list[str]:
         return [e for e in self.measure_envs if self.device(e) == "cuda"]
@@ -313,11 +335,27 @@ class Study:
                     f"config study.models: model name {name!r} is given twice; "
                     "each entry needs its own name (the {model} of run ids)"
                 )
+        for spec in self.model_specs.values():
+            if spec.kwargs and not spec.factory:
+                raise InputError(
+                    f"config study.models: model {spec.name!r} has kwargs but no factory; "
+                    "kwargs go to a factory (module:callable), torchvision models take none"
+                )
         for model in (s.name for s in self.model_specs.values() if not s.factory):
             if model not in known:
                 raise InputError(
                     f"config study.models: unknown model {model!r}{suggest(model, known)}; "
                     "any torchvision classification model name is allowed"
+                )
+
+    def _check_ncu_batch_sizes(self) -> None:
+        study_batches = sorted({c.batch for c in self.configs()})
+        for batch in self.ncu_batch_sizes or ():
+            if batch not in study_batches:
+                raise InputError(
+                    f"config ncu.batch_sizes: {batch} is not a batch size of the study "
+                    f"({', '.join(map(str, study_batches))}), so nothing would be profiled "
+                    "at it"
                 )
 
     def _check_data(self, path_exists: Callable[[str], bool]) -> None:

@@ -169,13 +169,19 @@ def envs_cfg(config: Mapping | None) -> dict[str, dict]:
 
 
 def env_matrix(config: Mapping | None, env: str) -> dict:
-    """The env's resolved matrix: models, precisions, batch sizes, runs, threads, device."""
+    """The env's resolved matrix: models, precisions, batch sizes (all, and per model as
+    ``batch_sizes_by_model`` resolves them), runs, threads, device."""
     study = study_cfg(config)
     e = envs_cfg(config).get(env, {})
+    models = list(e.get("models") or study.get("models") or [])
+    default = [int(b) for b in (e.get("batch_sizes") or study.get("batch_sizes") or [])]
+    resolved = e.get("batch_sizes_by_model") or {}
+    by_model = {m: [int(b) for b in resolved.get(m) or default] for m in models}
     return {
-        "models": list(e.get("models") or study.get("models") or []),
+        "models": models,
         "precisions": list(e.get("precisions") or study.get("precisions") or []),
-        "batch_sizes": [int(b) for b in (e.get("batch_sizes") or study.get("batch_sizes") or [])],
+        "batch_sizes": list(dict.fromkeys(b for bs in by_model.values() for b in bs)) or default,
+        "batch_sizes_by_model": by_model,
         "runs": int(study.get("runs") or 1),
         "threads": e.get("threads"),
         "device": e.get("device", "auto"),
@@ -252,7 +258,7 @@ def expected_run_table(
         mx = env_matrix(config, env)
         for model in mx["models"]:
             for prec in mx["precisions"]:
-                for b in mx["batch_sizes"]:
+                for b in mx["batch_sizes_by_model"][model]:
                     for n in range(base, base + mx["runs"]):
                         out.append(
                             {

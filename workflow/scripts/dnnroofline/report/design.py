@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from dnnroofline.report import data, env_compare
-from dnnroofline.report.format import fmt_batches, isnum, sig
+from dnnroofline.report.format import fmt_batches, isnum, join, sig
 from dnnroofline.report.render import section
 
 
@@ -39,6 +39,7 @@ def facts(
         "envs": envs,
         "precisions": sorted({p for mx in matrices.values() for p in mx["precisions"]}),
         "batches": sorted({b for mx in matrices.values() for b in mx["batch_sizes"]}),
+        "batches_by_model": batches_by_model(matrices.values()),
         "hypotheses": [
             hypothesis(config, env, prec, env_infos, m, pts, cx, ceilings)
             for env in envs
@@ -66,6 +67,24 @@ def facts(
             for ids in [{e["run_id"] for e in expected if e.get("env") == env}]
         ],
     }
+
+
+def batches_by_model(matrices: Iterable[Mapping]) -> str | None:
+    """``resnet50: 64, 256; resnet18 and mobilenet_v2: 128`` where models run at their
+    own batch sizes (study.models' batch_sizes); None where all share one list."""
+    per_model: dict[str, list[int]] = {}
+    for mx in matrices:
+        for model, sizes in mx["batch_sizes_by_model"].items():
+            per_model.setdefault(model, [])
+            per_model[model] += [b for b in sizes if b not in per_model[model]]
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for model, sizes in per_model.items():
+        groups.setdefault(tuple(sorted(sizes)), []).append(model)
+    if len(groups) < 2:
+        return None
+    return "; ".join(
+        f"{join(models)}: {', '.join(map(str, sizes))}" for sizes, models in groups.items()
+    )
 
 
 def _environment(config, env, env_infos, ceilings, m, mx) -> dict:
@@ -97,7 +116,9 @@ def hypothesis(config, env, prec, env_infos, m, pts, cx, ceilings) -> dict:
     preds = []
     for model in mx["models"]:
         ais = [
-            data.analytic_ai(cx[(model, b)], prec) for b in mx["batch_sizes"] if (model, b) in cx
+            data.analytic_ai(cx[(model, b)], prec)
+            for b in mx["batch_sizes_by_model"][model]
+            if (model, b) in cx
         ]
         ais = [a for a in ais if isnum(a)]
         if not ais:

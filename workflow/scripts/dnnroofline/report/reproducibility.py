@@ -193,7 +193,7 @@ def complexity_commands(config: Mapping, envs: Sequence[str]) -> list[str]:
     for e in envs:
         mx = data.env_matrix(config, e)
         for model in mx["models"]:
-            for b in mx["batch_sizes"]:
+            for b in mx["batch_sizes_by_model"][model]:
                 if (model, b) in seen:
                     continue
                 seen.add((model, b))
