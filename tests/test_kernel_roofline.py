@@ -569,3 +569,22 @@ def test_dry_run_on_a_cpu_machine_has_the_page_and_plots_for_copied_captures(tmp
     assert sorted(envs) == ["gcp_l4", "local"]
     assert "results/plots/kernels/roofline_kernels_gcp_l4_resnet18_amp_bs4.png" in out
     assert "results/plots/kernels/roofline_hierarchical_gcp_l4_mobilenet_v2_fp32_bs8.svg" in out
+
+
+@pytest.mark.workflow
+def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(tmp_path):
+    # config/examples/h100.yaml: resnet50 at its own batch sizes, ncu at one batch each,
+    # run as its header says: in place of config/config.yaml, whose `local` env is left out
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
+    example = ["--configfile", str(ROOT / "config" / "examples" / "h100.yaml")]
+    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    dry = ["-n", "--cores", "2", "--quiet", "rules", *example]
+    counts = job_counts(snakemake(tmp_path, *dry, "--replace-workflow-config", env_extra=fake))
+    assert counts["env_info"] == 1  # h100 alone
+    assert job_counts(snakemake(tmp_path, *dry, env_extra=fake))["env_info"] == 2  # merged
+    configs = 4 * (2 + 1 + 1)  # precisions x (resnet50 at 64 and 256, resnet18, mobilenet_v2)
+    assert counts["train"] == configs * 3
+    assert counts["complexity"] == 4  # (model, batch): resnet50 x 2, resnet18, mobilenet_v2
+    assert counts["ncu"] == 4 * 3  # precisions x models, each at one batch size (not 4 x 4)
+    assert counts["plot_kernel_roofline"] == 4 * 3
