@@ -215,3 +215,27 @@ def test_python_fragments_are_escaped_once():
     doc = page("T<1>", html)
     assert doc.startswith("<!DOCTYPE html>") and "<title>T&lt;1&gt;</title>" in doc
     assert "<style>" in doc and "x&amp;y" in doc and "&amp;amp;" not in doc
+
+
+def test_report_front_page_names_the_models_and_their_own_batch_sizes():
+    # report/workflow.rst, as snakemake --report renders it (Jinja2, snakemake.config)
+    import types
+
+    import jinja2
+
+    config = {
+        "envs": {"h100": {"device": "cuda"}},
+        "study": {
+            "models": [{"name": "resnet50", "batch_sizes": [64, 256]}, "resnet18"],
+            "precisions": ["fp32", "amp"],
+            "batch_sizes": [128],
+            "runs": 3,
+            "iters": 30,
+            "warmup_iters": 5,
+        },
+    }
+    rst = Path(__file__).resolve().parents[1] / "report" / "workflow.rst"
+    template = jinja2.Template(rst.read_text())
+    text = " ".join(template.render(snakemake=types.SimpleNamespace(config=config)).split())
+    assert "Envs: h100. Models: resnet50, resnet18; precisions: fp32, amp;" in text
+    assert "batch sizes: 128 (resnet50: 64, 256); 3 repeats of 30" in text
