@@ -22,6 +22,7 @@ from dnnroofline.ncu_profile import (
     build_ncu_command,
     diagnose_ncu_output,
     filter_supported_metrics,
+    find_ncu,
     metrics_for_arch,
     parse_compute_capability,
     parse_query_metrics,
@@ -430,6 +431,46 @@ def test_stage_without_ncu_is_unavailable_not_a_crash(tmp_path):
 def test_stage_with_a_name_not_on_path(tmp_path):
     p, r, _ = run_stage(tmp_path, "ncu-does-not-exist-here")
     assert p.returncode == 0 and r["status"] == "unavailable"
+
+
+def test_find_ncu_looks_where_the_toolkit_installs_it_when_not_on_path():
+    installed = {
+        "/usr/local/cuda/bin/ncu": ["/usr/local/cuda/bin/ncu"],
+        "/opt/nvidia/nsight-compute/*/ncu": [
+            "/opt/nvidia/nsight-compute/2025.3.1/ncu",
+            "/opt/nvidia/nsight-compute/2025.10.0/ncu",
+            "/opt/nvidia/nsight-compute/2024.1.0/ncu",
+        ],
+    }
+
+    def matches(pattern):
+        return installed.get(pattern, [])
+
+    def nowhere(name):
+        return None
+
+    # on PATH wins; a path is taken as given; another bare name is never searched for
+    assert find_ncu("ncu", lambda n: "/bin/ncu", matches) == ("/bin/ncu", "PATH")
+    assert find_ncu("/opt/x/ncu", nowhere, matches) == (None, "not found")
+    assert find_ncu("ncu-2025", nowhere, matches) == (None, "not found")
+    # not on PATH: $CUDA_HOME first, then /usr/local/cuda, then the newest standalone ncu
+    installed["/cuda12/bin/ncu"] = ["/cuda12/bin/ncu"]
+    assert find_ncu("ncu", nowhere, matches, cuda_home="/cuda12")[0] == "/cuda12/bin/ncu"
+    found, how = find_ncu("ncu", nowhere, matches)
+    assert found == "/usr/local/cuda/bin/ncu" and "not on PATH" in how
+    del installed["/usr/local/cuda/bin/ncu"]
+    assert find_ncu("ncu", nowhere, matches)[0] == "/opt/nvidia/nsight-compute/2025.10.0/ncu"
+    assert find_ncu("ncu", nowhere, lambda pattern: []) == (None, "not found")
+
+
+def test_stage_finds_ncu_under_cuda_home_when_it_is_not_on_path(tmp_path, fake_ncu, monkeypatch):
+    # fake_ncu is tmp_path/bin/ncu: CUDA_HOME=tmp_path, and no ncu on PATH
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    p, r, _ = run_stage(tmp_path, "ncu", "--compute-capability", "9.0")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert r["ncu"]["executable"] == str(fake_ncu), r["message"]
+    assert r["ncu"]["executable_found"] == "not on PATH; a standard install location"
+    assert f"ncu: {fake_ncu} (not on PATH" in p.stdout
 
 
 def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):

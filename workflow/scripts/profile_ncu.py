@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ from dnnroofline.ncu_profile import (
     combine_passes,
     diagnose_ncu_output,
     filter_supported_metrics,
+    find_ncu,
     metrics_for_arch,
     ncu_message_lines,
     not_found_message,
@@ -67,11 +69,16 @@ def log(msg: str) -> None:
     print(f"profile_ncu: {msg}", flush=True)
 
 
-def resolve_executable(name: str) -> str | None:
-    if os.sep in name or (os.altsep and os.altsep in name):
-        p = Path(name)
-        return os.path.abspath(name) if p.is_file() and os.access(p, os.X_OK) else None
-    return shutil.which(name)
+def _executables(pattern: str) -> list[str]:
+    found = [os.path.abspath(p) for p in glob.glob(pattern)]
+    return [p for p in found if os.path.isfile(p) and os.access(p, os.X_OK)]
+
+
+def resolve_executable(name: str) -> tuple[str | None, str]:
+    """(the ncu to run, how it was found): see dnnroofline.ncu_profile.find_ncu."""
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    found, how = find_ncu(name, shutil.which, _executables, cuda_home)
+    return (os.path.abspath(found) if found else None), how
 
 
 def detect_compute_capability(env_info: str | None) -> tuple[str | None, str]:
@@ -404,11 +411,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    exe = resolve_executable(args.ncu)
+    exe, how = resolve_executable(args.ncu)
     if exe is None:
         msg = not_found_message(args.ncu)
         return finish_failure("unavailable", "ncu_not_found", msg, note_csv(msg))
-    info["executable"] = exe
+    info["executable"], info["executable_found"] = exe, how
+    log(f"ncu: {exe} ({how})")
 
     try:
         if args.compute_capability:

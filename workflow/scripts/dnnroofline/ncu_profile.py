@@ -31,7 +31,7 @@ A user who wants the GUI report can re-run the printed command with
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnnroofline.errors import InputError
@@ -447,9 +447,52 @@ def permission_message() -> str:
     )
 
 
+#: Where Nsight Compute is installed when it is not on PATH: the CUDA toolkit's bin
+#: ($CUDA_HOME, /usr/local/cuda, /usr/local/cuda-X.Y) and the standalone installer's
+#: /opt/nvidia/nsight-compute/<version>/. The toolkit's bin is often left off PATH.
+NCU_INSTALL_PATTERNS = (
+    "{cuda_home}/bin/ncu",
+    "/usr/local/cuda/bin/ncu",
+    "/opt/nvidia/nsight-compute/*/ncu",
+    "/usr/local/cuda-*/bin/ncu",
+)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def find_ncu(
+    name: str,
+    which: Callable[[str], str | None],
+    matches: Callable[[str], list[str]],
+    cuda_home: str | None = None,
+) -> tuple[str | None, str]:
+    """``(path or None, how it was found)`` of the ncu to run.
+
+    A path is taken as given (``matches`` checks it is an executable file). A bare
+    name is looked up on PATH (``which``); the default name ``ncu``, not on PATH, in
+    :data:`NCU_INSTALL_PATTERNS`, in order, the newest version of a pattern first.
+    ``matches(pattern)`` returns the executable files a glob pattern names.
+    """
+    if "/" in name:
+        return (name, "as given") if matches(name) else (None, "not found")
+    on_path = which(name)
+    if on_path or name != "ncu":
+        return on_path, "PATH" if on_path else "not found"
+    for pattern in NCU_INSTALL_PATTERNS:
+        if "{cuda_home}" in pattern and not cuda_home:
+            continue
+        found = sorted(matches(pattern.format(cuda_home=cuda_home)), key=_version_key)
+        if found:
+            return found[-1], "not on PATH; a standard install location"
+    return None, "not found"
+
+
 def not_found_message(ncu_exe: str) -> str:
     return (
-        f"ncu executable {ncu_exe!r} not found (not on PATH, or not executable). Install Nsight "
+        f"ncu executable {ncu_exe!r} not found (not on PATH, nor where the CUDA toolkit and "
+        "Nsight Compute install it, or not executable). Install Nsight "
         f"Compute (CUDA toolkit, or {NCU_DOWNLOAD_DOC}) and point the stage at it: config "
         "'ncu: {executable: /usr/local/cuda/bin/ncu}', or profile_ncu.py --ncu PATH"
     )
