@@ -349,8 +349,12 @@ class Study:
                 )
 
     def _check_ncu_batch_sizes(self) -> None:
-        study_batches = sorted({c.batch for c in self.configs()})
-        for batch in self.ncu_batch_sizes or ():
+        if self.ncu_batch_sizes is None:
+            return  # every config is profiled: nothing to check, no matrix to walk
+        study_batches = sorted(
+            {b for env in self.envs for m in self.models for b in self.batch_sizes(env, m)}
+        )
+        for batch in self.ncu_batch_sizes:
             if batch not in study_batches:
                 raise InputError(
                     f"config ncu.batch_sizes: {batch} is not a batch size of the study "
