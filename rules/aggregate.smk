@@ -32,7 +32,8 @@ rule metrics:
     params:
         script=script("aggregate_metrics.py"),
     shell:
-        "python {params.script} --runs {input.runs} --out {output} > {log} 2>&1"
+        "python {params.script} --runs {input.runs} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule roofline_points:
@@ -54,4 +55,5 @@ rule roofline_points:
         perf=optional_files_flag("perf"),
     shell:
         "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
-        "--ceilings {input.ceilings} {params.ncu} {params.perf} --out {output} > {log} 2>&1"
+        "--ceilings {input.ceilings} {params.ncu} {params.perf} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

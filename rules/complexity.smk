@@ -15,4 +15,5 @@ rule complexity:
         model=model_flags,
     shell:
         "OMP_NUM_THREADS=1 python {params.script} {params.model} "
-        "--batch-size {wildcards.batch} --out {output} > {log} 2>&1"
+        "--batch-size {wildcards.batch} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

@@ -31,7 +31,8 @@ rule ncu_selftest:
         precisions=env_precisions,
     shell:
         "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
-        "--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1"
+        "--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule ncu:
@@ -72,7 +73,8 @@ rule ncu:
         "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} "
         "--env-info {input.info} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_ncu "
-        "--expect-threads {params.declared_threads} > {log} 2>&1"
+        "--expect-threads {params.declared_threads} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 # What the ncu counters add to the roofline: per config, the kernels on the DRAM
@@ -108,7 +110,8 @@ rule plot_kernel_roofline:
     shell:
         "python {params.script} --kind kernels --ncu {input.ncu} --ceilings {input.ceilings} "
         "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
-        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1"
+        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule plot_hierarchical_roofline:
@@ -141,7 +144,8 @@ rule plot_hierarchical_roofline:
         "python {params.script} --kind hierarchical --ncu {input.ncu} "
         "--ceilings {input.ceilings} --points {input.points} "
         "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
-        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1"
+        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule ncu_vs_analytic:
@@ -167,4 +171,5 @@ rule ncu_vs_analytic:
         envs=ENVS,
     shell:
         "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
-        "--selftest {input.selftest} --envs {params.envs} --out {output} > {log} 2>&1"
+        "--selftest {input.selftest} --envs {params.envs} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

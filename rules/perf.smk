@@ -37,4 +37,5 @@ rule perf:
         "-- python {params.driver} {params.args} --warmup-iters {params.warmup} "
         "--env {wildcards.menv} --env-info {input.env_info} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_perf "
-        "--expect-threads {params.declared_threads} > {log} 2>&1"
+        "--expect-threads {params.declared_threads} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

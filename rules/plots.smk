@@ -22,7 +22,8 @@ rule plot_roofline_env:
         script=script("plot_roofline.py"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--env {wildcards.env} --png {output.png} --svg {output.svg} > {log} 2>&1"
+        "--env {wildcards.env} --png {output.png} --svg {output.svg} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule plot_roofline_all:
@@ -46,7 +47,8 @@ rule plot_roofline_all:
         script=script("plot_roofline.py"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--png {output.png} --svg {output.svg} > {log} 2>&1"
+        "--png {output.png} --svg {output.svg} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule plot_throughput:
@@ -69,7 +71,8 @@ rule plot_throughput:
         script=script("plot_throughput.py"),
     shell:
         "python {params.script} --metrics {input} --png {output.png} --svg {output.svg} "
-        "> {log} 2>&1"
+        "> {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule plot_interactive_env:
@@ -94,7 +97,8 @@ rule plot_interactive_env:
         ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--env {wildcards.env} {params.ncu} --out {output} > {log} 2>&1"
+        "--env {wildcards.env} {params.ncu} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule plot_interactive_all:
@@ -119,4 +123,5 @@ rule plot_interactive_all:
         ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "{params.ncu} --out {output} > {log} 2>&1"
+        "{params.ncu} --out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

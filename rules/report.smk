@@ -66,4 +66,5 @@ rule report_sections:
         "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
         "--lock {input.lock} "
         "--outdir {params.outdir} "
-        "> {log} 2>&1"
+        "> {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"

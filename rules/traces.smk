@@ -64,4 +64,5 @@ rule trace_section:
         script=script("write_trace_section.py"),
     shell:
         "python {params.script} --tables {input.tables} --metrics {input.metrics} "
-        "--out {output} > {log} 2>&1"
+        "--out {output} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
