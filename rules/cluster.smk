@@ -72,12 +72,3 @@ def on_env_nodes(exclusive):
 
     keys = ("slurm_partition", "gres", "constraint", "slurm_extra")
     return {key: resource(key) for key in keys}
-
-
-# The executor is known only when the jobs start: refuse a Slurm run without the
-# profile's cluster: slurm (a --config on the command line replaces it), and the reverse.
-onstart:
-    if slurm.executor_mismatch(workflow.executor_plugin.name, config):
-        raise WorkflowError(
-            slurm.executor_mismatch(workflow.executor_plugin.name, config)
-        )

@@ -293,6 +293,27 @@ def job_threads(wildcards):
     return STUDY.job_threads(wildcards.menv)
 
 
+def envs_measured_now():
+    """Envs with a measurement to run that holds the env's threads (not env_info)."""
+    return {
+        job.wildcards_dict["menv"]
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.resources.get("_cores") in (env_threads, job_threads)
+    }
+
+
+# The executor and --cores are known only when the jobs start (a dry run has neither):
+# refuse a Slurm run without the profile's cluster: slurm (a --config on the command
+# line replaces it) and the reverse, and a --cores below a measurement's threads.
+onstart:
+    problems = [slurm.executor_mismatch(workflow.executor_plugin.name, config)]
+    if workflow.local_exec:
+        problems.append(STUDY.cores_shortfall(envs_measured_now(), workflow.cores))
+    for problem in problems:
+        if problem:
+            raise WorkflowError(problem)
+
+
 def env_device(wildcards):
     return STUDY.device(wildcards.menv)
 

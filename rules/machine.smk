@@ -40,11 +40,14 @@ rule ceilings:
         device=env_device,
         precisions=env_precisions,
         quick="--quick" if config.get("ceilings", {}).get("quick") else "",
+        # the runs' threads: a changed count re-measures the roofs
+        declared_threads=env_threads,
         check=script("env_info.py"),
         declared=env_declared_flags,
     shell:
         # first refuse a machine that is not the one env_info.json describes
         "python {params.check} --env {wildcards.menv} {params.declared} --verify {input} "
         "> {log} 2>&1 && python {params.script} --env {wildcards.menv} --device {params.device} "
-        "--precisions {params.precisions} {params.quick} --out {output} >> {log} 2>&1 "
+        "--precisions {params.precisions} {params.quick} "
+        "--expect-threads {params.declared_threads} --out {output} >> {log} 2>&1 "
         "|| (tail -n 5 {log} >&2; exit 1)"

@@ -431,6 +431,25 @@ def test_missing_memory_peak_and_missing_env_raise():
         points_for(LOCAL_RUNS, ceilings={"other": make_ceilings("other")})
 
 
+def test_cpu_runs_on_other_threads_than_their_roofs_are_refused():
+    # roofs measured on 1 thread (snakemake --cores 1), runs on 2: efficiency would double
+    one_thread = dict(make_ceilings("local"), threads=1)
+    with pytest.raises(InputError) as exc:
+        points_for(
+            LOCAL_RUNS,
+            ceilings={"local": one_thread},
+            ceilings_sources={"local": "results/local/ceilings.json"},
+        )
+    msg = str(exc.value)
+    assert msg.startswith("results/local/ceilings.json: the roofs of env 'local' were")
+    assert "measured on 1 thread(s), but 3 ok run(s) ran on 2 (" in msg
+    assert "local_resnet18_fp32_bs16_run1" in msg and "--cores" in msg
+    # a GPU's roofs do not depend on the CPU threads
+    gpu = dict(one_thread, device="cuda")
+    assert len(points_for(LOCAL_RUNS, ceilings={"local": gpu})) == 1
+    assert len(points_for(LOCAL_RUNS, ceilings={"local": make_ceilings("local")})) == 1
+
+
 def test_missing_complexity_raises_naming_model_and_batch():
     with pytest.raises(
         InputError, match=r"'resnet18' batch 16.*results/complexity/resnet18_bs16\.json"

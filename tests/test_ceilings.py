@@ -41,6 +41,8 @@ def quick_ceilings(tmp_path_factory):
             "bf16",
             "tf32",
             "--quick",
+            "--expect-threads",
+            "1",
             "--out",
             str(out),
         ],
@@ -74,6 +76,21 @@ def test_quick_cli_writes_contract(quick_ceilings):
         assert (r["precision"] is None) == (r["kind"] == "memory")
         note = r["method"] if r["source"] == "measured" else r["citation"]
         assert isinstance(note, str) and len(note) > 20
+
+
+def test_cli_refuses_other_threads_than_the_env_declares(tmp_path):
+    # Snakemake gives a job at most --cores threads: roofs of 1 thread are not the roofs
+    # of runs on 2
+    out = tmp_path / "ceilings.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--env", "local", "--device", "cpu", "--quick",
+         "--expect-threads", "2", "--out", str(out)],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "env declares 2 threads but this job got 1 (OMP_NUM_THREADS=1)" in proc.stderr
+    assert "--cores >= 2" in proc.stderr
+    assert not out.exists()
 
 
 def test_quick_cli_measures_fp32_and_memory(quick_ceilings):

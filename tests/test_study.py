@@ -170,6 +170,22 @@ def test_bad_env_options_are_refused_with_key_and_value(options, overrides, expe
         make_study(config)
 
 
+def test_cores_below_a_measurements_threads_are_named_with_the_fix():
+    study = make_study(_env_config(nproc=2))  # opt: 2 processes x 2 threads; eager: 2
+    assert study.cores_shortfall(["opt", "eager"], 4) is None
+    assert study.cores_shortfall([], 1) is None  # nothing to measure: any --cores
+    msg = study.cores_shortfall(["opt", "eager"], 3)
+    assert msg == (
+        "--cores 3 is fewer than the threads a measurement holds (env 'opt': 4 (2 processes "
+        "x 2)): its jobs would be refused. Run with --cores 4 (or --cores all), or set the "
+        "env's threads lower"
+    )
+    config = make_config()
+    del config["envs"]["local"]["threads"]  # all 8 cores
+    msg = make_study(config).cores_shortfall(["local"], 2)
+    assert "(env 'local': 8, threads unset: all the cores)" in msg and "--cores 8" in msg
+
+
 def test_data_parallel_env_holds_every_process_threads():
     study = make_study(_env_config(nproc=2))  # 2 processes x 2 threads on 8 cores
     assert (study.nproc("opt"), study.threads("opt"), study.job_threads("opt")) == (2, 2, 4)

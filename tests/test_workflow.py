@@ -77,6 +77,23 @@ def test_bad_config_rejected_before_any_job(tmp_path):
     assert proc.returncode != 0 and "batch_sizes" in proc.stdout + proc.stderr
 
 
+def test_cores_below_the_envs_threads_refused_before_any_job(tmp_path):
+    one = {"envs": {"local": {"device": "auto", "threads": 2}},
+           "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
+           "ceilings": {"quick": True}}  # fmt: skip
+    write_config(tmp_path, one)
+    proc = snakemake(tmp_path, "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert (
+        "--cores 1 is fewer than the threads a measurement holds (env 'local': 2): its jobs "
+        "would be refused. Run with --cores 2"
+    ) in proc.stderr
+    assert not (tmp_path / "results").exists()  # not even env_info ran
+    # a target that measures nothing runs with any --cores
+    snakemake(tmp_path, "--cores", "1", "results/complexity/resnet18_bs2.json")
+    assert (tmp_path / "results/complexity/resnet18_bs2.json").exists()
+
+
 def read_csv(path):
     with open(path) as fh:
         return list(csv.DictReader(fh))

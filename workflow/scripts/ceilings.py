@@ -1,11 +1,12 @@
 """Measure and assemble the ceilings of one env: results/{env}/ceilings.json.
 
     python workflow/scripts/ceilings.py --env local --device auto --precisions fp32 bf16 \\
-        --out results/local/ceilings.json [--quick]
+        --out results/local/ceilings.json [--quick] [--expect-threads N]
 
 Threads come from OMP_NUM_THREADS (as for the timed runs), else torch's default;
-the count used is recorded. Precisions the device cannot run are skipped with a
-note. Run it alone on the machine: it is a measurement.
+the count used is recorded. With --expect-threads N (the env's threads) another count
+is refused: the roofs must be those of the threads the runs use. Precisions the device
+cannot run are skipped with a note. Run it alone on the machine: it is a measurement.
 """
 
 from __future__ import annotations
@@ -28,10 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", choices=DEVICES)
     ap.add_argument("--precisions", nargs="+", default=["fp32"], choices=PRECISIONS)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (tests)")
+    ap.add_argument(
+        "--expect-threads", type=int, help="the env's threads per process; others are refused"
+    )
     ap.add_argument("--out", required=True, help="output JSON path")
     args = ap.parse_args(argv)
     try:
-        result = build_ceilings(args.env, args.device, args.precisions, quick=args.quick)
+        result = build_ceilings(
+            args.env,
+            args.device,
+            args.precisions,
+            quick=args.quick,
+            expect_threads=args.expect_threads,
+        )
     except InputError as exc:
         print(f"ceilings: error: {exc}", file=sys.stderr)
         return 1

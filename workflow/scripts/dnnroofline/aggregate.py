@@ -568,6 +568,38 @@ def _peaks(
     return compute, memory
 
 
+def check_roof_threads(
+    metrics: pd.DataFrame,
+    ceilings: Mapping[str, Mapping],
+    ceilings_sources: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse CPU runs on other threads than those the env's roofs were measured with.
+
+    A CPU roof scales with its threads: runs on 2 threads placed under roofs measured on 1
+    would show about twice their real efficiency. Threads are per process (one rank's).
+    """
+    if "threads" not in metrics.columns:
+        return
+    ok = metrics[(metrics["status"] == "ok") & metrics["threads"].notna()]
+    for env, runs in ok.groupby("env", sort=True):
+        doc = ceilings.get(env) or {}
+        if doc.get("device") != "cpu" or doc.get("threads") is None:
+            continue
+        roof_threads = int(doc["threads"])
+        other = runs[runs["threads"].astype(int) != roof_threads]
+        if other.empty:
+            continue
+        where = (ceilings_sources or {}).get(env, f"results/{env}/ceilings.json")
+        first = other.iloc[0]
+        threads = ", ".join(str(t) for t in sorted(set(other["threads"].astype(int))))
+        raise InputError(
+            f"{where}: the roofs of env {env!r} were measured on {roof_threads} thread(s), "
+            f"but {len(other)} ok run(s) ran on {threads} ({first['run_id']}, ...): those "
+            "roofs are not theirs. Measure both with the env's threads: delete the stale "
+            "file(s) and run snakemake again with --cores at least the env's threads"
+        )
+
+
 def roofline_points_frame(
     metrics: pd.DataFrame,
     complexity: Mapping[tuple[str, int], Mapping],
@@ -589,6 +621,7 @@ def roofline_points_frame(
     ncu = ncu or {}
     ceilings_sources = ceilings_sources or {}
     ncu_sources = ncu_sources or {}
+    check_roof_threads(metrics, ceilings, ceilings_sources)
     rows = []
     for g in group_summary(metrics).to_dict("records"):
         env, model, precision, batch = g["env"], g["model"], g["precision"], int(g["batch_size"])

@@ -313,11 +313,17 @@ def build_ceilings(
     precisions: Iterable[str] = ("fp32",),
     *,
     quick: bool = False,
+    expect_threads: int | None = None,
 ) -> dict:
-    """Measure and assemble the ``ceilings.json`` object of this machine for ``env``."""
+    """Measure and assemble the ``ceilings.json`` object of this machine for ``env``.
+
+    ``expect_threads``: the threads the env's runs use; a job that got fewer or more is
+    refused, since the roofs of other threads are not the runs' roofs.
+    """
     import torch
 
     from dnnroofline.envinfo import cpu_info, resolve_device
+    from dnnroofline.train_config import check_threads, parse_omp_threads
 
     start_time = time.time()
     t0 = time.monotonic()
@@ -328,12 +334,11 @@ def build_ceilings(
     dev = resolve_device(device)
     busy_before = _cpu_busy_percent()
     omp = os.environ.get("OMP_NUM_THREADS")
-    if omp:
-        try:
-            torch.set_num_threads(max(1, int(omp)))
-        except ValueError:
-            raise InputError(f"OMP_NUM_THREADS must be an integer, got {omp!r}") from None
+    omp_threads = parse_omp_threads(omp)
+    if omp_threads is not None:
+        torch.set_num_threads(omp_threads)
     threads = torch.get_num_threads()
+    check_threads(expect_threads, threads, omp)
     cpu = cpu_info()
     facts = _device_facts(dev)
     if dev == "cuda":

@@ -185,6 +185,29 @@ class Study:
         """The cores a job of the env holds: every process's threads (Snakemake ``threads:``)."""
         return self.nproc(env) * self.threads(env)
 
+    def cores_shortfall(self, envs: Iterable[str], cores: int) -> str | None:
+        """Why ``--cores cores`` cannot run the measurements of ``envs``, or None.
+
+        Snakemake gives a job at most ``--cores`` threads, and a measurement given fewer
+        than its env declares is refused (its numbers would belong to another config).
+        """
+        short = {e: self.job_threads(e) for e in sorted(set(envs)) if self.job_threads(e) > cores}
+        if not short:
+            return None
+
+        def held(env: str, n: int) -> str:
+            if self.nproc(env) > 1:
+                return f"env {env!r}: {n} ({self.nproc(env)} processes x {self.threads(env)})"
+            unset = "" if self.envs[env].get("threads") else ", threads unset: all the cores"
+            return f"env {env!r}: {n}{unset}"
+
+        what = "; ".join(held(e, n) for e, n in short.items())
+        return (
+            f"--cores {cores} is fewer than the threads a measurement holds ({what}): "
+            f"its jobs would be refused. Run with --cores {max(short.values())} (or --cores "
+            "all), or set the env's threads lower"
+        )
+
     def compile_mode(self, env: str) -> str | None:
         """The env's torch.compile mode, None when it runs eagerly."""
         mode = self.envs[env].get("compile", False)
