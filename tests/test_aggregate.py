@@ -450,6 +450,26 @@ def test_cpu_runs_on_other_threads_than_their_roofs_are_refused():
     assert len(points_for(LOCAL_RUNS, ceilings={"local": make_ceilings("local")})) == 1
 
 
+@pytest.mark.parametrize(("key", "counted"), [("image_size", 128), ("num_classes", 10)])
+def test_runs_of_another_step_than_their_complexity_count_are_refused(key, counted):
+    # runs at 224 px and 1000 classes (copied from another study, say) under a count of
+    # another step: the point's FLOPs would not be theirs
+    runs = [make_run("local", "resnet18", "fp32", 16, n) for n in (1, 2)]
+    for run in runs:
+        run["config"]["num_classes"] = 1000
+    comp = {**make_complexity("resnet18", 16), "num_classes": 1000, key: counted}
+    with pytest.raises(InputError) as exc:
+        points_for(runs, complexity={("resnet18", 16): comp})
+    ran = {"image_size": 224, "num_classes": 1000}[key]
+    assert str(exc.value).startswith(
+        f"results/local/runs/local_resnet18_fp32_bs16_run1.json ran resnet18 with {key} "
+        f"{ran}, but results/complexity/resnet18_bs16.json counts {key} {counted}"
+    )
+    assert f"study.{key}" in str(exc.value)
+    same = dict(make_complexity("resnet18", 16), num_classes=1000)
+    assert len(points_for(runs, complexity={("resnet18", 16): same})) == 1
+
+
 def test_missing_complexity_raises_naming_model_and_batch():
     with pytest.raises(
         InputError, match=r"'resnet18' batch 16.*results/complexity/resnet18_bs16\.json"

@@ -74,6 +74,8 @@ METRICS_COLUMNS = [
     "model",
     "precision",
     "batch_size",
+    "image_size",
+    "num_classes",
     "run",
     "status",
     "message",
@@ -104,7 +106,13 @@ _RUN_PERF_COLUMNS = [
     "data_wait_median_s",
 ]
 _METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
-_METRICS_INT_NULLABLE = ["threads", "max_rss_bytes", "peak_device_memory_bytes"]
+_METRICS_INT_NULLABLE = [
+    "image_size",
+    "num_classes",
+    "threads",
+    "max_rss_bytes",
+    "peak_device_memory_bytes",
+]
 _METRICS_INT = ["batch_size", "run", "nproc"]
 
 POINTS_COLUMNS = [
@@ -262,6 +270,8 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         "model": model,
         "precision": precision,
         "batch_size": int(batch),
+        "image_size": _num(config.get("image_size"), f"{where}: config.image_size"),
+        "num_classes": _num(config.get("num_classes"), f"{where}: config.num_classes"),
         "run": int(n),
         "status": status,
         "message": run.get("message"),
@@ -600,6 +610,31 @@ def check_roof_threads(
         )
 
 
+def check_runs_match_complexity(
+    metrics: pd.DataFrame, complexity: Mapping[tuple[str, int], Mapping]
+) -> None:
+    """Refuse ok runs of another step than the one their complexity file counts.
+
+    A point's FLOPs come from ``results/complexity/{model}_bs{batch}.json`` and its time
+    from the runs: runs copied from a study at 224 px, placed under a count at 128 px,
+    would show about a third of their real FLOP/s. Image size and classes must agree.
+    """
+    keys = [k for k in ("image_size", "num_classes") if k in metrics.columns]
+    for run in metrics[metrics["status"] == "ok"].to_dict("records"):
+        doc = complexity.get((run["model"], int(run["batch_size"])))
+        for key in keys if doc else ():
+            ran, counted = run[key], doc.get(key)
+            if pd.isna(ran) or counted is None or int(ran) == int(counted):
+                continue
+            raise InputError(
+                f"results/{run['env']}/runs/{run['run_id']}.json ran {run['model']} with "
+                f"{key} {int(ran)}, but results/complexity/{run['model']}_bs"
+                f"{int(run['batch_size'])}.json counts {key} {counted}: the point's FLOPs "
+                f"would be another step's. Give the model the runs' {key} (study.{key}, or "
+                "its study.models entry) and run snakemake again"
+            )
+
+
 def roofline_points_frame(
     metrics: pd.DataFrame,
     complexity: Mapping[tuple[str, int], Mapping],
@@ -622,6 +657,7 @@ def roofline_points_frame(
     ceilings_sources = ceilings_sources or {}
     ncu_sources = ncu_sources or {}
     check_roof_threads(metrics, ceilings, ceilings_sources)
+    check_runs_match_complexity(metrics, complexity)
     rows = []
     for g in group_summary(metrics).to_dict("records"):
         env, model, precision, batch = g["env"], g["model"], g["precision"], int(g["batch_size"])
