@@ -1,9 +1,21 @@
 """Shared fixtures: the tiny study, run once per test session for every test that needs it."""
 
+import os
 from pathlib import Path
 
 import pytest
 from workflow_helpers import TINY, snakemake, write_config
+
+from dnnroofline.measurement_lock import PATH_ENV
+
+
+@pytest.fixture(scope="session", autouse=True)
+def measurement_lock_per_worker(tmp_path_factory):
+    """Each test worker its own measurement lock: the machine-wide one would make the
+    workers' tiny measurements wait for each other (tests/test_measurement_lock.py tests
+    the lock itself)."""
+    os.environ[PATH_ENV] = str(tmp_path_factory.getbasetemp() / "measurement.lock")
+
 
 # The files whose tests use tiny_study: make test (pytest -n 2) keeps them on one worker.
 TINY_STUDY_FILES = {"test_workflow.py", "test_report_browser.py", "test_traces.py"}

@@ -21,6 +21,7 @@ from dnnroofline.ceilings import PRECISIONS, build_ceilings  # noqa: E402
 from dnnroofline.envinfo import DEVICES  # noqa: E402
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import write_json_atomic  # noqa: E402
+from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,4 +55,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with measurement_lock():
+        sys.exit(main())

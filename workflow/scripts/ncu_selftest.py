@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
+from dnnroofline.measurement_lock import measurement_lock
 from dnnroofline.ncu_selftest import cases_for, check_case, driver_argv, evaluate
 
 HERE = Path(__file__).resolve().parent
@@ -81,4 +82,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with measurement_lock():
+        sys.exit(main())

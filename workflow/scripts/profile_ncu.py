@@ -40,6 +40,7 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_json_atomic, write_text_atomic
+from dnnroofline.measurement_lock import measurement_lock
 from dnnroofline.ncu import empty_result, parse_ncu_text, read_text, tensor_counter_gap
 from dnnroofline.ncu_profile import (
     PASSES,
@@ -524,4 +525,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with measurement_lock():
+        sys.exit(main())

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dnnroofline.errors import InputError  # noqa: E402
 from dnnroofline.io import read_json, write_json_atomic  # noqa: E402
+from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
 from dnnroofline.perf_run import probe, profile  # noqa: E402
 
 
@@ -66,4 +67,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with measurement_lock():
+        sys.exit(main())

@@ -12,7 +12,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
 from dnnroofline.train import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with measurement_lock():
+        sys.exit(main())
