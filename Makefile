@@ -46,10 +46,12 @@ $(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
-## The default study on this machine, ending in results/report.html.
+## The default study on this machine, ending in results/report.html and the study at a
+## glance on the terminal.
 study: setup
 	snakemake --cores $(CORES)
 	snakemake --report results/report.html
+	@python workflow/scripts/summarize_study.py
 	@echo "Report: results/report.html"
 
 ## On an NVIDIA machine: counter self-test, ceilings, a small GPU study with ncu, the

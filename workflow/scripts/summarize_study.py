@@ -1,0 +1,41 @@
+"""Print the study at a glance: one line per roofline point, as `make study` ends.
+
+    python workflow/scripts/summarize_study.py [--metrics results/metrics.csv] \\
+        [--points results/roofline_points.csv]
+
+The rows of the report's "At a glance" table: images/s, GFLOP/s, AI and its source,
+bound, share of the roof and what would move the point. Exit 2 when a table cannot
+be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dnnroofline.aggregate import METRICS_DTYPES, POINTS_DTYPES  # noqa: E402
+from dnnroofline.report.terminal import study_summary  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--metrics", default="results/metrics.csv")
+    ap.add_argument("--points", default="results/roofline_points.csv")
+    args = ap.parse_args(argv)
+    try:
+        metrics = pd.read_csv(args.metrics, dtype=METRICS_DTYPES)
+        points = pd.read_csv(args.points, dtype=POINTS_DTYPES)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        print(f"summarize_study: error: {exc} (run the study first)", file=sys.stderr)
+        return 2
+    print(study_summary(metrics, points))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
