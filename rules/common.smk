@@ -72,7 +72,11 @@ wildcard_constraints:
 
 
 def script(name):
-    return os.path.join(workflow.basedir, "workflow", "scripts", name)
+    """A stage's entry script, relative to the working directory: params are part of a
+    job's provenance, and the checkout's location is not, so a moved checkout re-runs
+    no finished measurement (an absolute path did, at the second snakemake after the move).
+    """
+    return os.path.relpath(os.path.join(workflow.basedir, "workflow", "scripts", name))
 
 
 def log_path(env, name):

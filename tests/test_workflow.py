@@ -94,6 +94,30 @@ def test_cores_below_the_envs_threads_refused_before_any_job(tmp_path):
     assert (tmp_path / "results/complexity/resnet18_bs2.json").exists()
 
 
+def test_a_moved_checkout_reruns_no_finished_measurement(tmp_path):
+    """Params hold the entry scripts' paths relative to the working directory: an absolute
+    path made every finished measurement re-run once the checkout had moved."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    first = tmp_path / "first"
+    for name in tracked.stdout.split():
+        (first / name).parent.mkdir(parents=True, exist_ok=True)
+        (first / name).write_bytes((ROOT / name).read_bytes())
+    one = {"envs": {"local": {"device": "auto", "threads": 1}},
+           "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
+           "ceilings": {"quick": True}}  # fmt: skip
+    write_config(first, one)
+    run = "results/local/runs/local_resnet18_fp32_bs2_run1.json"
+
+    def here(checkout, *args):
+        return snakemake(checkout, "-s", str(checkout / "Snakefile"), "--cores", "1", *args)
+
+    here(first, run)
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    out = here(moved, "-n", run)
+    assert "Nothing to be done" in out.stdout + out.stderr, out.stdout[-2000:]
+
+
 def read_csv(path):
     with open(path) as fh:
         return list(csv.DictReader(fh))
