@@ -27,6 +27,21 @@ def test_measured_far_below_datasheet_warns(inputs, sections):
     assert "The measured memory roof" not in html
 
 
+def test_what_the_ceilings_job_noted_is_shown_with_its_env(inputs, sections):
+    assert "What the ceilings job noted" not in sections["roofline.html"]  # none noted
+    ceil = make_ceilings()
+    ceil["local"].update(
+        quick=True,
+        notes=["the machine was busy when the ceilings started (80% <in use>)"],
+        skipped=[{"precision": "bf16", "reason": "cpu: no AVX512_BF16 or AMX"}],
+    )
+    html = roofline_section(ceil, inputs["points"], inputs["config"])
+    local = html[html.index("<h3>local</h3>") :]
+    assert "Quick-mode ceilings" in local
+    assert "<li>the machine was busy when the ceilings started (80% &lt;in use&gt;)</li>" in local
+    assert "<li>skipped bf16: cpu: no AVX512_BF16 or AMX</li>" in local
+
+
 def test_above_roof_point_flagged(sections):
     roof = sections["roofline.html"]
     flagged = table_row(roof, "resnet50", "fp32", "16")

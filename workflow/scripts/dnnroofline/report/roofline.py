@@ -61,6 +61,7 @@ def env_ceilings(env: str, ceil: Mapping | None) -> dict:
             mm = data.pick_roof(roofs, "memory", None, sources=(src,))
             if c and mm:
                 ridges.append({"precision": prec, "source": src, "ridge": c.value / mm.value})
+    skipped = [s for s in ceil.get("skipped") or [] if isinstance(s, Mapping)]
     return {
         "env": env,
         "present": True,
@@ -68,6 +69,11 @@ def env_ceilings(env: str, ceil: Mapping | None) -> dict:
         "threads": ceil.get("threads"),
         "rows": rows,
         "ridges": ridges,
+        # what the ceilings job said about its own numbers (a busy machine, quick mode,
+        # a measured roof above the datasheet, perf unavailable), and what it skipped
+        "quick": bool(ceil.get("quick")),
+        "notes": [str(n) for n in ceil.get("notes") or []],
+        "skipped": [f"{s.get('precision')}: {s.get('reason')}" for s in skipped],
     }
 
 
