@@ -311,7 +311,7 @@ def envs_measured_now():
 # line replaces it) and the reverse, and a --cores below a measurement's threads.
 onstart:
     problems = [slurm.executor_mismatch(workflow.executor_plugin.name, config)]
-    if workflow.local_exec:
+    if workflow.local_exec and not workflow.touch:  # --touch runs no job
         problems.append(STUDY.cores_shortfall(envs_measured_now(), workflow.cores))
     for problem in problems:
         if problem:

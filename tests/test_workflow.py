@@ -89,9 +89,10 @@ def test_cores_below_the_envs_threads_refused_before_any_job(tmp_path):
         "would be refused. Run with --cores 2"
     ) in proc.stderr
     assert not (tmp_path / "results").exists()  # not even env_info ran
-    # a target that measures nothing runs with any --cores
+    # a target that measures nothing runs with any --cores, and --touch runs no job
     snakemake(tmp_path, "--cores", "1", "results/complexity/resnet18_bs2.json")
     assert (tmp_path / "results/complexity/resnet18_bs2.json").exists()
+    snakemake(tmp_path, "--touch", "results/local/ceilings.json")
 
 
 def test_a_moved_checkout_reruns_no_finished_measurement(tmp_path):
