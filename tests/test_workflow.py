@@ -119,6 +119,26 @@ def test_a_moved_checkout_reruns_no_finished_measurement(tmp_path):
     assert "Nothing to be done" in out.stdout + out.stderr, out.stdout[-2000:]
 
 
+def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
+    """The README's way to retry a run: --forcerun its JSON."""
+    one = {"envs": {"local": {"device": "auto", "threads": 1}},
+           "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2]),
+           "ceilings": {"quick": True}}  # fmt: skip
+    write_config(tmp_path, one)
+    snakemake(tmp_path, "--cores", "1", "results/metrics.csv")
+    run = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run1.json"
+    other = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run2.json"
+    before = {p: json.loads(p.read_text())["start_time"] for p in (run, other)}
+    out = snakemake(tmp_path, "--cores", "1", "--forcerun", str(run.relative_to(tmp_path)),
+                    "results/metrics.csv")  # fmt: skip
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts["train"] == 1 and counts["metrics"] == 1
+    assert json.loads(run.read_text())["start_time"] > before[run]
+    assert json.loads(other.read_text())["start_time"] == before[other]
+    rows = {r["run_id"]: r for r in read_csv(tmp_path / "results/metrics.csv")}
+    assert float(rows[run.stem]["start_time"]) == json.loads(run.read_text())["start_time"]
+
+
 def read_csv(path):
     with open(path) as fh:
         return list(csv.DictReader(fh))

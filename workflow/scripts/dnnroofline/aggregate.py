@@ -605,8 +605,9 @@ def check_roof_threads(
         raise InputError(
             f"{where}: the roofs of env {env!r} were measured on {roof_threads} thread(s), "
             f"but {len(other)} ok run(s) ran on {threads} ({first['run_id']}, ...): those "
-            "roofs are not theirs. Measure both with the env's threads: delete the stale "
-            "file(s) and run snakemake again with --cores at least the env's threads"
+            "roofs are not theirs. Re-measure what is stale with the env's threads: "
+            f"snakemake --cores <env threads> --forcerun {where} (the roofs) or "
+            "--forcerun train (the runs)"
         )
 
 
