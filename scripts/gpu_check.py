@@ -104,9 +104,7 @@ def wheels(dest: Path, python_version: str | None, lock: Path, installed: Path |
     python_version = python_version or lockfile.LOCK_PYTHON
     try:
         pins = lockfile.parse_lock(lock.read_text(), str(lock))
-        have = (
-            lockfile.parse_installed(installed.read_text(), str(installed)) if installed else set()
-        )
+        have = lockfile.parse_installed(installed.read_text(), str(installed)) if installed else {}
     except (InputError, OSError) as exc:
         print(f"gpu-wheels: error: {exc}", file=sys.stderr)
         return 2

@@ -17,14 +17,12 @@ from dnnroofline.aggregate import (
     METRICS_DTYPES,
     POINTS_COLUMNS,
     failed_groups,
-    key_ceilings,
-    key_complexity,
-    match_ncu_stems,
     metrics_frame,
     plottable_points,
     roofline_points_frame,
 )
 from dnnroofline.errors import InputError
+from dnnroofline.point_inputs import key_ceilings, key_complexity, match_ncu_stems
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

@@ -22,16 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate import (
-    GROUP_KEYS,
-    METRICS_DTYPES,
-    key_ceilings,
-    key_complexity,
-    match_ncu_stems,
-    roofline_points_frame,
-)
+from dnnroofline.aggregate import GROUP_KEYS, METRICS_DTYPES, roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
+from dnnroofline.point_inputs import key_ceilings, key_complexity, match_ncu_stems
 
 
 def read_metrics(path: str) -> pd.DataFrame:

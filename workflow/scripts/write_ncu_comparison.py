@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from dnnroofline.aggregate import key_complexity
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_text_atomic
 from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
+from dnnroofline.point_inputs import key_complexity
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from dnnroofline.aggregate import POINTS_DTYPES, key_ceilings
+from dnnroofline.aggregate import POINTS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
+from dnnroofline.point_inputs import key_ceilings
 
 
 def load_points_and_ceilings(

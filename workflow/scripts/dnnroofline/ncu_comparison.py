@@ -14,7 +14,6 @@ from itertools import product
 from markupsafe import Markup
 
 from dnnroofline import traffic
-from dnnroofline.aggregate import match_ncu_stems, ncu_stem
 from dnnroofline.kernel_roofline import (
     PRECISIONS,
     TENSOR_PRECISIONS,
@@ -24,6 +23,7 @@ from dnnroofline.kernel_roofline import (
     ncu_status,
     positive_number,
 )
+from dnnroofline.point_inputs import match_ncu_stems, ncu_stem
 from dnnroofline.report.format import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time
 from dnnroofline.report.render import esc, page, table
 

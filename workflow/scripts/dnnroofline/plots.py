@@ -36,9 +36,10 @@ from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from dnnroofline import roofline
-from dnnroofline.aggregate import ceilings_path, group_summary, plottable_points
+from dnnroofline.aggregate import group_summary, plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path
+from dnnroofline.point_inputs import ceilings_path
 from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, place_labels
 
 DPI = 150
