@@ -588,3 +588,9 @@ def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(
     assert counts["complexity"] == 4  # (model, batch): resnet50 x 2, resnet18, mobilenet_v2
     assert counts["ncu"] == 4 * 3  # precisions x models, each at one batch size (not 4 x 4)
     assert counts["plot_kernel_roofline"] == 4 * 3
+    # Channels-last with cuDNN autotuning, as tuned GPU training runs (the GPU table's
+    # resnet50 amp bs256 row comes from this study), timed runs and captures alike.
+    run = "results/h100/runs/h100_resnet50_amp_bs256_run1.json"
+    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", run, *example, env_extra=fake)
+    (driver,) = [ln for ln in cmd.splitlines() if "run_train.py" in ln]
+    assert "--channels-last" in driver and "--no-cudnn-benchmark" not in driver
