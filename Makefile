@@ -6,7 +6,8 @@ BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: study test lint setup setup-dev gpu-check gpu-wheels lock clean
+.PHONY: help study test lint setup setup-dev gpu-check gpu-wheels lock clean
+.DEFAULT_GOAL := help
 
 # The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
 # x86_64 (glibc >= 2.28). make study installs LOCK, make test DEV_LOCK (a superset).
@@ -43,9 +44,6 @@ $(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
 	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r requirements-dev.txt,--require-hashes -r $(DEV_LOCK))
 	touch $@
 
-setup: $(VENV)/.runtime
-setup-dev: $(VENV)/.dev
-
 ## The default study on this machine, ending in results/report.html and the study at a
 ## glance on the terminal.
 study: setup
@@ -53,6 +51,19 @@ study: setup
 	snakemake --report results/report.html
 	@python workflow/scripts/summarize_study.py
 	@echo "Report: results/report.html"
+
+## The whole test suite, on TEST_WORKERS processes (tests/conftest.py sends each file, and
+## the tiny study's users together, to one worker).
+TEST_WORKERS ?= 2
+test: setup-dev
+	python -m pytest -q -n $(TEST_WORKERS)
+
+## Quality gates (also run by the test suite).
+lint: setup-dev
+	snakemake --lint
+	snakefmt --check .
+	ruff check .
+	ruff format --check .
 
 ## On an NVIDIA machine: counter self-test, ceilings, a small GPU study with ncu, the
 ## report and a summary table (config/gpu_check.yaml). Without a GPU: one line, exit 0.
@@ -71,18 +82,16 @@ gpu-wheels:
 	$(PYTHON) scripts/gpu_check.py wheels --dest $(or $(WHEELS),wheels) --lock $(LOCK) \
 		--python-version $(GPU_PYTHON) $(if $(INSTALLED),--installed $(INSTALLED),)
 
-## The whole test suite, on TEST_WORKERS processes (tests/conftest.py sends each file, and
-## the tiny study's users together, to one worker).
-TEST_WORKERS ?= 2
-test: setup-dev
-	python -m pytest -q -n $(TEST_WORKERS)
+## The venv with the study's packages (requirements.lock).
+setup: $(VENV)/.runtime
+## The venv with the test tools too (requirements-dev.lock).
+setup-dev: $(VENV)/.dev
 
-## Quality gates (also run by the test suite).
-lint: setup-dev
-	snakemake --lint
-	snakefmt --check .
-	ruff check .
-	ruff format --check .
+## This list: each target and what it does.
+help:
+	@awk '/^## / { if (!block) doc = ""; doc = doc "\n    " substr($$0, 4); block = 1; next } \
+		{ block = 0 } /^[a-z-]+:/ && doc { sub(/:.*/, ""); print "make " $$0 doc; doc = "" }' \
+		$(firstword $(MAKEFILE_LIST))
 
 ## Rewrite the locks after a change to requirements*.txt or lock-constraints.txt. Pins
 ## that still fit are kept; UPGRADE=1 moves every package to its newest allowed release.
@@ -102,5 +111,6 @@ lock: $(UV)
 	$(UV_COMPILE) requirements.txt -o $(LOCK)
 	$(UV_COMPILE) requirements-dev.txt -c $(LOCK) -o $(DEV_LOCK)
 
+## Remove results/ and .snakemake/ (Snakemake's records); the venv stays.
 clean:
 	rm -rf results .snakemake

@@ -3,6 +3,7 @@ and the report says whether a machine's versions match the lock."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,28 @@ def test_make_installs_from_the_locks(tmp_path):
     assert f"--no-index --find-links {tmp_path} -r requirements.txt" in wheels
     assert "requirements.lock is not applied" in wheels
     assert "--require-hashes" not in wheels
+
+
+def test_plain_make_lists_the_targets_and_builds_nothing(tmp_path):
+    proc = subprocess.run(
+        ["make", "--no-print-directory", f"VENV={tmp_path / 'v'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "v").exists()  # the default goal is the list, not a venv
+    listed = re.findall(r"^make ([a-z-]+)$", proc.stdout, re.M)
+    assert listed[:2] == ["study", "test"]  # the README's two commands first
+    assert set(listed) == {
+        "study", "test", "gpu-check", "gpu-wheels", "lint", "setup", "setup-dev", "help",
+        "lock", "clean",
+    }  # fmt: skip
+    # each with its own text, from the ## lines above it (gpu-wheels: variables between)
+    assert "make study\n    The default study on this machine" in proc.stdout
+    assert "make gpu-wheels\n    For a GPU machine without a package index" in proc.stdout
+    assert "make lock\n    Rewrite the locks" in proc.stdout
 
 
 def test_wheels_venv_sees_the_packages_of_a_python_that_is_itself_a_venv(tmp_path):
