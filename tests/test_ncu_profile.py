@@ -291,7 +291,11 @@ if record:
 perm = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
         "Performance Counters on the target device 0. For instructions on enabling permissions "
         "and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+not_loaded = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
 if "--query-metrics" in argv:
+    if mode == "query_not_loaded":
+        print(not_loaded)
+        sys.exit(1)
     if mode == "query_perm":
         print("Device NVIDIA H100 80GB HBM3 (GH100)")
         print(perm)
@@ -334,6 +338,10 @@ with open(log, "w") as fh:
         sys.exit(0)
     if mode == "stepfail":
         fh.write("==ERROR== Range replay failed: unsupported API call in range.\\n")
+        sys.exit(1)
+    if mode == "not_loaded":  # as an H200 under gVisor answered
+        fh.write(not_loaded + "\\n")
+        fh.write("==WARNING== No kernels were profiled.\\n")
         sys.exit(1)
     if mode == "perm":
         fh.write(perm + "\\n")
@@ -555,6 +563,49 @@ def test_stage_permission_error_at_query_skips_the_run(tmp_path, fake_ncu):
     assert p.returncode == 0
     assert r["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in r["message"]
     assert calls(tmp_path) == [["--query-metrics"]]
+
+
+NOT_LOADED = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"==PROF== Connected\n{NOT_LOADED}\n==WARNING== No kernels were profiled.\n", NOT_LOADED[10:]],
+)
+def test_a_profiler_that_cannot_load_is_unavailable_with_ncus_words(text):
+    # On an H200 under gVisor ncu could not start its profiler; it must not read as a
+    # driver that never called profiler.start() ("No kernels were profiled").
+    d = diagnose_ncu_output(1, text)
+    assert (d.status, d.reason) == ("unavailable", "profiler_not_loaded")
+    assert "Failed to initialize the profiler: LibraryNotLoaded" in d.message  # quoted as said
+    assert "gVisor" in d.message and "analytic AI" in d.message
+    assert "--profile-step" not in d.message
+
+
+def test_stage_profiler_not_loaded_at_query_stops_before_any_pass(tmp_path, fake_ncu):
+    p, r, csv_path = run_stage(tmp_path, fake_ncu, mode="query_not_loaded")
+    assert p.returncode == 0, p.stderr
+    assert (r["status"], r["reason"]) == ("unavailable", "profiler_not_loaded")
+    assert calls(tmp_path) == [["--query-metrics"]]  # no pass ran: none could read a counter
+    assert r["ncu"]["metric_query"] == {
+        "ran": True,
+        "ok": False,
+        "message": "profiler_not_loaded",
+    }
+    assert_empty_counters(r)
+    assert NOT_LOADED in csv_path.read_text()  # ncu's exact words kept
+
+
+def test_stage_profiler_not_loaded_in_the_kernel_pass(tmp_path, fake_ncu):
+    p, r, csv_path = run_stage(
+        tmp_path, fake_ncu, "--no-query", "--compute-capability", "9.0", mode="not_loaded"
+    )
+    assert p.returncode == 0, p.stderr
+    assert (r["status"], r["reason"]) == ("unavailable", "profiler_not_loaded")
+    assert len(calls(tmp_path)) == 1  # the step pass is not tried
+    assert NOT_LOADED in csv_path.read_text()
+    step_csv = csv_path.with_name(csv_path.stem + ".step.csv")
+    assert "step pass not run" in step_csv.read_text()
 
 
 def test_stage_app_failure(tmp_path, fake_ncu):

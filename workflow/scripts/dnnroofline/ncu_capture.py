@@ -31,6 +31,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic, write_text_atomic
 from dnnroofline.ncu import empty_result, parse_ncu_text, read_text, tensor_counter_gap
 from dnnroofline.ncu_profile import (
+    COUNTERS_UNAVAILABLE,
     PASSES,
     STEP_METRICS,
     base_name,
@@ -44,7 +45,6 @@ from dnnroofline.ncu_profile import (
     not_found_message,
     parse_compute_capability,
     parse_query_metrics,
-    permission_message,
     prepare_driver_argv,
     query_metrics_command,
     step_metrics_for_arch,
@@ -388,10 +388,11 @@ def _select_metrics(req: CaptureRequest, exe: str, info: dict) -> tuple[list[str
             qtext = (q.stdout or "") + (q.stderr or "")
         except (OSError, subprocess.SubprocessError) as err:
             q, qtext = None, f"{type(err).__name__}: {err}"
-        if "ERR_NVGPUCTRPERM" in qtext:
-            info["metric_query"].update(ok=False, message="ERR_NVGPUCTRPERM")
-            msg = permission_message()
-            raise _NoCapture("unavailable", "counters_not_permitted", msg, note_csv(msg, qtext))
+        diag = diagnose_ncu_output(q.returncode if q is not None else None, qtext)
+        if diag.reason in COUNTERS_UNAVAILABLE:  # no pass could read a counter: stop here
+            info["metric_query"].update(ok=False, message=diag.reason)
+            msg = diag.message or ""
+            raise _NoCapture(diag.status, diag.reason, msg, note_csv(msg, qtext))
         available = parse_query_metrics(qtext) if q is not None and q.returncode == 0 else set()
         if available:
             sel = filter_supported_metrics(requested, available)

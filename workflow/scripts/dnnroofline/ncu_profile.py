@@ -436,6 +436,34 @@ def _quote(lines: list[str], limit: int = 12) -> str:
     return "\nncu said:\n" + "\n".join(f"  {ln}" for ln in shown)
 
 
+#: ncu failing to start its profiler at all, e.g. "Failed to initialize the profiler:
+#: LibraryNotLoaded" (seen on an H200 under gVisor, a sandboxed container runtime).
+_PROFILER_INIT = re.compile(
+    r"Failed to initialize the profiler(?::\s*(\w+))?|\b(LibraryNotLoaded)\b"
+)
+
+#: The reasons that say this machine's counters cannot be read as it is set up: no
+#: capture can succeed, so the stage stops at the first sign of one.
+COUNTERS_UNAVAILABLE = ("counters_not_permitted", "profiler_not_loaded")
+
+
+def profiler_init_message(cause: str | None) -> str:
+    said = f"Failed to initialize the profiler: {cause}" if cause else "its profiler failed"
+    hint = (
+        " LibraryNotLoaded has been seen in sandboxed container runtimes (gVisor), which do "
+        "not pass the driver's profiling interface through; ncu reads the counters on bare "
+        "metal, in a VM, and in a container that runs on the host kernel (runc) with the GPU "
+        "passed through."
+        if cause == "LibraryNotLoaded"
+        else ""
+    )
+    return (
+        f"ncu could not start its profiler on this machine ({said}), so no GPU counter can "
+        f"be read here.{hint} The study goes on without counters: the roofline uses the "
+        "analytic AI."
+    )
+
+
 def permission_message() -> str:
     return (
         "ncu is not allowed to read the GPU performance counters (ERR_NVGPUCTRPERM). "
@@ -502,9 +530,11 @@ def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = 
     """What an ncu run's output (log file plus console) and exit status mean.
 
     ``unavailable``: the machine cannot be profiled as it is set up (counter
-    permission, unsupported GPU); ``error``: this run failed (the application
-    failed, no kernel was profiled, an unknown metric, a timeout, a non-zero exit);
-    ``ok``: none of these. Apart from ERR_NVGPUCTRPERM, only ncu's own
+    permission, a profiler that cannot start, unsupported GPU); ``error``: this run
+    failed (the application failed, no kernel was profiled, an unknown metric, a
+    timeout, a non-zero exit);
+    ``ok``: none of these. Apart from ERR_NVGPUCTRPERM and a profiler that failed to
+    start (which ncu may print unprefixed), only ncu's own
     ``==ERROR==``/``==WARNING==`` lines are read: the application may print anything.
     """
     errors = ncu_message_lines(text)
@@ -512,6 +542,12 @@ def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = 
         return Diagnosis(
             "unavailable", "counters_not_permitted", permission_message() + _quote(errors)
         )
+    init = _PROFILER_INIT.search(text)
+    if init:
+        message = profiler_init_message(init.group(1) or init.group(2))
+        (said_line,) = [ln.strip() for ln in text.splitlines() if init.group(0) in ln][:1]
+        shown = errors if any(said_line in e for e in errors) else [said_line, *errors]
+        return Diagnosis("unavailable", "profiler_not_loaded", message + _quote(shown))
     said = "\n".join(errors)
     unknown = sorted(set(_UNKNOWN_METRIC.findall(said)))
     if unknown:
