@@ -2,7 +2,7 @@
 
     python3 scripts/gpu_check.py detect    # one line; exit 0 with an NVIDIA GPU, 1 without
     python scripts/gpu_check.py run        # the study of config/gpu_check.yaml, then summary
-    python scripts/gpu_check.py summary    # the summary table of the results already there
+    python scripts/gpu_check.py summary [--env E]   # the summary table of the results there
     python3 scripts/gpu_check.py wheels --dest DIR --python-version 3.12 [--installed FILE]
                                            # the locked wheels for a GPU machine without an index
 
@@ -68,14 +68,16 @@ def detect() -> int:
     return 0
 
 
-def summary() -> int:
+def summary(env: str = ENV) -> int:
     _package()
     from dnnroofline.gpu_check import summary_markdown
 
     results = ROOT / "results"
-    ceilings = json.loads((results / ENV / "ceilings.json").read_text())
-    selftest_path = results / ENV / "ncu" / "selftest.json"
+    ceilings = json.loads((results / env / "ceilings.json").read_text())
+    ncu_dir = results / env / "ncu"
+    selftest_path = ncu_dir / "selftest.json"
     selftest = json.loads(selftest_path.read_text()) if selftest_path.exists() else None
+    captures = {path.stem: json.loads(path.read_text()) for path in ncu_dir.glob(f"{env}_*.json")}
     with open(results / "roofline_points.csv", newline="") as fh:
         points = []
         for row in csv.DictReader(fh):
@@ -84,9 +86,10 @@ def summary() -> int:
                     row[key] = float(row[key])
                 except (KeyError, ValueError):
                     row[key] = None
-            if row["env"] == ENV:
+            if row["env"] == env:
                 points.append(row)
-    text = summary_markdown(ENV, ceilings.get("device_name") or "?", ceilings, selftest, points)
+    device = ceilings.get("device_name") or "?"
+    text = summary_markdown(env, device, ceilings, selftest, points, captures)
     (ROOT / SUMMARY).write_text(text + "\n")
     print(text)
     print(f"\ngpu-check: summary in {SUMMARY}; report in results/report.html")
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["detect", "run", "summary", "wheels"])
     ap.add_argument("--cores", default="all")
+    ap.add_argument("--env", default=ENV, help="summary: the env to summarise (default: local)")
     wheel_args = ap.add_argument_group("wheels")
     wheel_args.add_argument("--dest", type=Path, default=Path("wheels"))
     wheel_args.add_argument("--python-version", help="the GPU machine's (default: the lock's)")
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "wheels":
         return wheels(args.dest, args.python_version, args.lock, args.installed)
     if args.command == "summary":
-        return summary()
+        return summary(args.env)
     return run(args.cores)
 
 

@@ -1,5 +1,7 @@
 """`make gpu-check`: one line and exit 0 without a GPU; the summary table's numbers."""
 
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -8,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.gpu_check import ceiling_rows, point_rows, selftest_rows, summary_markdown
+from dnnroofline.gpu_check import (
+    capture_cell,
+    ceiling_rows,
+    point_rows,
+    selftest_rows,
+    summary_markdown,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,18 +212,74 @@ def test_selftest_rows_give_the_verdict_and_the_failing_counter():
     assert selftest_rows(None)[0][1] == "not run"
 
 
-def test_point_rows_give_analytic_over_ncu_flops():
-    rows = point_rows(POINTS)
-    assert rows[0] == ["local resnet50 bf16 bs128", "3012.4", "85.3 (ncu)", "0.950"]
-    assert rows[1][3] == "n/a (no ncu count)"
+CAPTURES = {
+    "local_resnet50_bf16_bs128": {
+        "status": "ok",
+        "ncu": {"passes": {"kernel": {"wall_s": 212.4}, "step": {"wall_s": 41.6}}},
+    },
+    "local_resnet50_amp_bs128": {"status": "unavailable", "reason": "profiler_not_loaded"},
+}
+
+
+def test_point_rows_give_analytic_over_ncu_flops_and_what_the_capture_cost():
+    rows = point_rows(POINTS, CAPTURES)
+    assert rows[0] == [
+        "local resnet50 bf16 bs128",
+        "3012.4",
+        "85.3 (ncu)",
+        "0.950",
+        "ok, 254 s (kernel pass 212 s, step pass 42 s)",
+    ]
+    assert rows[1][3:] == ["n/a (no ncu count)", "unavailable: profiler_not_loaded"]
+    assert point_rows(POINTS)[0][4] == "not profiled"  # no capture at that batch
+
+
+def test_capture_cell_without_pass_times_still_says_ok():
+    assert capture_cell({"status": "ok", "ncu": {"passes": {"kernel": {"wall_s": 3.0}}}}) == "ok"
 
 
 def test_summary_has_the_three_tables():
-    text = summary_markdown("local", "NVIDIA H100", CEILINGS, SELFTEST, POINTS)
+    text = summary_markdown("local", "NVIDIA H100", CEILINGS, SELFTEST, POINTS, CAPTURES)
     assert text.startswith("# gpu-check: env local on NVIDIA H100")
+    assert "| ncu capture |" in text and "kernel pass 212 s" in text
     assert sum(line.startswith("|---|") for line in text.splitlines()) == 3
 
 
 def test_ceilings_without_roofs_is_refused_with_the_file_named():
     with pytest.raises(InputError, match="ceilings.json: no 'roofs' list"):
         ceiling_rows({})
+
+
+def test_summary_of_another_env_reads_its_ceilings_selftest_and_captures(tmp_path):
+    # `gpu_check.py summary --env h100` after the H100 example study: the GPU table's
+    # figures from that env's files, in a checkout laid out as this one
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "gpu_check.py").write_text(
+        (ROOT / "scripts" / "gpu_check.py").read_text()
+    )
+    (tmp_path / "workflow").mkdir()
+    (tmp_path / "workflow" / "scripts").symlink_to(ROOT / "workflow" / "scripts")
+    ncu = tmp_path / "results" / "h100" / "ncu"
+    ncu.mkdir(parents=True)
+    (ncu.parent / "ceilings.json").write_text(json.dumps(CEILINGS))
+    (ncu / "selftest.json").write_text(json.dumps(SELFTEST))
+    for stem, capture in CAPTURES.items():
+        (ncu / f"{stem.replace('local', 'h100')}.json").write_text(json.dumps(capture))
+    header = list(POINTS[0])
+    rows = [{**p, "env": "h100"} for p in POINTS] + [{**POINTS[0], "model": "resnet18"}]
+    with open(tmp_path / "results" / "roofline_points.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, header)
+        writer.writeheader()
+        writer.writerows(rows)
+    out = subprocess.run(
+        [sys.executable, str(tmp_path / "scripts" / "gpu_check.py"), "summary", "--env", "h100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "results" / "gpu_check_summary.md").read_text()
+    assert text.startswith("# gpu-check: env h100 on NVIDIA H100 80GB HBM3")
+    assert "| h100 resnet50 bf16 bs128 | 3012.4 | 85.3 (ncu) | 0.950 | ok, 254 s" in text
+    assert "unavailable: profiler_not_loaded" in text
+    assert "resnet18" not in text  # the other env's point

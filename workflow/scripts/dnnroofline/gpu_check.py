@@ -3,8 +3,8 @@
 Pure logic: the entry script (scripts/gpu_check.py) loads the study's files and
 passes them in. Rows: each measured roof against its datasheet peak, the counter
 self-test verdicts and the cases that decide them, and per roofline point the
-images/s and the analytic ÷ ncu FLOPs (useful ÷ executed FLOP/s over the same
-median step, so the ratio of the two counts).
+images/s, the analytic ÷ ncu FLOPs (useful ÷ executed FLOP/s over the same
+median step, so the ratio of the two counts) and what its ncu capture gave and cost.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
+from dnnroofline.point_inputs import ncu_stem
 
 
 def _fmt_rate(value: float | None, unit: str) -> str:
@@ -78,8 +79,29 @@ def selftest_rows(selftest: Mapping | None) -> list[list[str]]:
     return rows
 
 
-def point_rows(points: Sequence[Mapping]) -> list[list[str]]:
-    """[config, images/s, AI (source), analytic ÷ ncu FLOPs] per roofline point."""
+def capture_cell(capture: Mapping | None) -> str:
+    """A point's ncu capture: its status, and the wall time of its passes (ncu replays
+    each kernel, so this is what profiling the step cost, not the step's time)."""
+    if capture is None:
+        return "not profiled"
+    status = capture.get("status")
+    if status != "ok":
+        return f"{status}: {capture.get('reason')}"
+    passes = (capture.get("ncu") or {}).get("passes") or {}
+    walls = {name: (passes.get(name) or {}).get("wall_s") for name in ("kernel", "step")}
+    if not all(isinstance(w, int | float) for w in walls.values()):
+        return "ok"
+    total = walls["kernel"] + walls["step"]
+    return (
+        f"ok, {total:.0f} s (kernel pass {walls['kernel']:.0f} s, step pass {walls['step']:.0f} s)"
+    )
+
+
+def point_rows(
+    points: Sequence[Mapping], captures: Mapping[str, Mapping] | None = None
+) -> list[list[str]]:
+    """[config, images/s, AI (source), analytic ÷ ncu FLOPs, ncu capture] per roofline
+    point; ``captures`` maps a point's ncu file stem to its parsed ncu JSON."""
     rows = []
     for p in points:
         executed, useful = p.get("executed_flops"), p.get("useful_flops")
@@ -88,7 +110,9 @@ def point_rows(points: Sequence[Mapping]) -> list[list[str]]:
         config = f"{p['env']} {p['model']} {p['precision']} bs{int(p['batch_size'])}"
         ai = p.get("ai")
         ai_text = f"{ai:.1f} ({p.get('ai_source')})" if isinstance(ai, int | float) else "n/a"
-        rows.append([config, f"{p['images_per_s']:.1f}", ai_text, ratio])
+        stem = ncu_stem(p["env"], p["model"], p["precision"], p["batch_size"])
+        capture = capture_cell((captures or {}).get(stem))
+        rows.append([config, f"{p['images_per_s']:.1f}", ai_text, ratio, capture])
     return rows
 
 
@@ -99,7 +123,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary_markdown(
-    env: str, device: str, ceilings: Mapping, selftest: Mapping | None, points: Sequence[Mapping]
+    env: str,
+    device: str,
+    ceilings: Mapping,
+    selftest: Mapping | None,
+    points: Sequence[Mapping],
+    captures: Mapping[str, Mapping] | None = None,
 ) -> str:
     """The whole summary: three tables under one heading."""
     return "\n\n".join(
@@ -113,7 +142,8 @@ def summary_markdown(
             markdown_table(["precision", "verdict", "why"], selftest_rows(selftest)),
             "## Study points",
             markdown_table(
-                ["config", "images/s", "AI (source)", "analytic ÷ ncu FLOPs"], point_rows(points)
+                ["config", "images/s", "AI (source)", "analytic ÷ ncu FLOPs", "ncu capture"],
+                point_rows(points, captures),
             ),
         ]
     )
