@@ -296,6 +296,27 @@ def test_data_parallel_point_is_one_ranks_and_images_count_every_rank():
     assert p["attained_flops"] == pytest.approx(5.5e10)
 
 
+def test_images_per_s_comes_from_the_median_step_even_with_an_even_count_of_runs():
+    # two ok runs (0.1 s and 0.3 s) and an oom: the point's step is 0.2 s, so 32 / 0.2 =
+    # 160 images/s; the median of the runs' rates (320, 106.7) would say 213.3
+    runs = [
+        make_run("local", "resnet18", "fp32", 32, 1, median=0.1),
+        make_run("local", "resnet18", "fp32", 32, 2, median=0.3),
+        make_run("local", "resnet18", "fp32", 32, 3, status="oom", message="OOM"),
+    ]
+    pts = roofline_points_frame(
+        metrics_frame(runs),
+        {("resnet18", 32): make_complexity("resnet18", 32)},
+        {"local": make_ceilings("local")},
+    )
+    p = pts.iloc[0]
+    assert (p["runs_ok"], p["runs_failed"]) == (2, 1)
+    assert p["step_median_s"] == pytest.approx(0.2)
+    assert p["images_per_s"] == pytest.approx(160.0)
+    assert (p["images_per_s_min"], p["images_per_s_max"]) == pytest.approx((32 / 0.3, 320.0))
+    assert p["attained_flops"] == pytest.approx(p["flop_per_step"] / 0.2)
+
+
 @pytest.mark.parametrize("nproc", [0, "2", True])
 def test_bad_nproc_in_a_run_is_refused_naming_it(nproc):
     run = make_run("local", "resnet18", "fp32", 16, 1)

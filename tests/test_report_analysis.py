@@ -202,9 +202,10 @@ def test_single_env_says_there_is_nothing_to_compare(sections):
 
 
 def test_precision_effect():
-    bf16 = make_metrics().assign(
+    bf16 = make_metrics().assign(  # twice as fast: half the step, twice the images/s
         precision="bf16",
         images_per_s=lambda d: d["images_per_s"] * 2,
+        step_median_s=lambda d: d["step_median_s"] / 2,
         run_id=lambda d: d["run_id"].str.replace("_fp32_", "_bf16_"),
     )
     metrics = pd.concat([make_metrics(), bf16])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from report_fixtures import _point, _row
 
 from dnnroofline.report import data
@@ -21,6 +22,18 @@ def test_repeat_cv_flags_noise_between_runs():
     tp = throughput_table(m)
     assert tp.loc[0, "repeat_cv"] > 0.05
     assert bool(tp.loc[0, "noisy"]) is True
+
+
+def test_images_per_s_is_at_the_median_step_as_in_roofline_points():
+    # steps of 0.1 s and 0.3 s at batch 32: 32 / 0.2 s = 160 images/s, the number
+    # roofline_points.csv gives; the median of the two rates (320, 106.7) would be 213.3
+    rows = [_row("local", "resnet18", 32, 1, 320.0), _row("local", "resnet18", 32, 2, 32 / 0.3)]
+    tp = throughput_table(pd.DataFrame(rows))
+    assert tp.loc[0, "step_median"] == pytest.approx(0.2)
+    assert tp.loc[0, "ips_median"] == pytest.approx(160.0)
+    assert (tp.loc[0, "ips_min"], tp.loc[0, "ips_max"]) == pytest.approx((32 / 0.3, 320.0))
+    ddp = [{**r, "nproc": 2, "images_per_s": 2 * r["images_per_s"]} for r in rows]
+    assert throughput_table(pd.DataFrame(ddp)).loc[0, "ips_median"] == pytest.approx(320.0)
 
 
 def test_above_roof_detected_even_when_column_says_false():

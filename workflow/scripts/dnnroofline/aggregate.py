@@ -372,13 +372,25 @@ def metrics_frame(runs: Sequence[Mapping], sources: Sequence[str] | None = None)
 # --------------------------------------------------------------------------- groups
 
 
+def group_nproc(runs: pd.DataFrame) -> int:
+    """The data-parallel processes of a group's runs (1 for runs that predate nproc)."""
+    return int(runs["nproc"].max()) if "nproc" in runs and runs["nproc"].notna().any() else 1
+
+
+def images_per_s_at(step_median_s: float, batch_size: int, nproc: int = 1) -> float:
+    """A point's images/s: every rank's batch over its median step, the step that attained
+    FLOP/s uses. Never a median of the runs' rates: of an even count of runs, that is the
+    mean of the middle two rates, and it disagrees with the point's own step time."""
+    return nproc * batch_size / step_median_s
+
+
 def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per (env, model, precision, batch_size): run counts and timing statistics over ok runs.
 
     Columns: GROUP_KEYS, nproc (data-parallel processes; 1 where metrics lack it),
     runs_ok, runs_failed, step_median_s (median of the run
     medians), step_spread_s (max - min of the run medians), images_per_s
-    (median), images_per_s_min, images_per_s_max. NaN where runs_ok == 0.
+    (nproc x batch / step_median_s), images_per_s_min, images_per_s_max. NaN where runs_ok == 0.
     """
     missing = [
         c
@@ -398,16 +410,18 @@ def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
         steps = ok["step_median_s"].astype(float)
         ips = ok["images_per_s"].astype(float)
         n_ok = len(ok)
-        nproc = int(g["nproc"].max()) if "nproc" in g and g["nproc"].notna().any() else 1
+        nproc = group_nproc(g)
+        step = float(steps.median()) if n_ok else math.nan
+        group = dict(zip(GROUP_KEYS, key, strict=True))
         rows.append(
             dict(
-                zip(GROUP_KEYS, key, strict=True),
+                group,
                 nproc=nproc,
                 runs_ok=n_ok,
                 runs_failed=len(g) - n_ok,
-                step_median_s=float(steps.median()) if n_ok else math.nan,
+                step_median_s=step,
                 step_spread_s=float(steps.max() - steps.min()) if n_ok else math.nan,
-                images_per_s=float(ips.median()) if n_ok else math.nan,
+                images_per_s=images_per_s_at(step, int(group["batch_size"]), nproc),
                 images_per_s_min=float(ips.min()) if n_ok else math.nan,
                 images_per_s_max=float(ips.max()) if n_ok else math.nan,
             )

@@ -15,7 +15,12 @@ import numpy as np
 import pandas as pd
 
 from dnnroofline import roofline
-from dnnroofline.aggregate import METRICS_COLUMNS, POINTS_COLUMNS
+from dnnroofline.aggregate import (
+    METRICS_COLUMNS,
+    POINTS_COLUMNS,
+    group_nproc,
+    images_per_s_at,
+)
 from dnnroofline.errors import InputError
 from dnnroofline.report.format import isnum, missing
 
@@ -279,7 +284,8 @@ def missing_runs(expected: list[dict], metrics: pd.DataFrame) -> list[dict]:
 
 
 def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per (env, model, precision, batch) over ok runs only: images/s and step-time spread."""
+    """Per (env, model, precision, batch) over ok runs only: images/s (at the median of
+    the runs' median steps, as roofline_points.csv) and the step-time spread."""
     m = ok_runs(metrics)
     cols = GROUP + [
         "n_ok",
@@ -299,6 +305,7 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, g in m.groupby(GROUP, sort=True, dropna=False):
         ips = g["images_per_s"].astype(float)
+        step = float(g["step_median_s"].median())
         repeat_cv = float(ips.std(ddof=1) / ips.mean()) if len(ips) > 1 else math.nan
         step_cv = g["step_cv"].max()
         share = (g["data_wait_median_s"] / g["step_median_s"]).median()
@@ -309,10 +316,10 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
             [
                 *key,
                 len(g),
-                float(ips.median()),
+                images_per_s_at(step, int(key[GROUP.index("batch_size")]), group_nproc(g)),
                 float(ips.min()),
                 float(ips.max()),
-                g["step_median_s"].median(),
+                step,
                 g["step_p5_s"].min(),
                 g["step_p95_s"].max(),
                 step_cv,
