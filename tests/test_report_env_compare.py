@@ -112,6 +112,51 @@ def test_eager_partner_prefers_the_same_other_options():
     assert ec.eager_partner("cpu_compiled", cfg, infos) == "cpu_cl"
 
 
+def test_eager_partner_runs_the_same_threads():
+    # a thread-scaling study beside a compiled env: 4x the threads is not compiling's gain
+    cfg = config(
+        cpu_t2={"device": "cpu", "threads": 2},
+        cpu_t8={"device": "cpu", "threads": 8},
+        cpu_t8_compiled={"device": "cpu", "threads": 8, "compile": "default"},
+    )
+    infos = {e: HERE for e in cfg["envs"]}
+    runs = [run("cpu_t2", 0.40, 0.45), run("cpu_t8", 0.12, 0.17), run("cpu_t8_compiled", 0.1, 10.1)]
+    (row,) = ec.compile_rows(cfg, runs, infos)
+    assert row["eager_env"] == "cpu_t8"
+    assert row["speedup"] == pytest.approx(1.2)
+
+
+GPU_BOX = {"host": "gpubox", "cpu_model": "EPYC", "gpus": [{"name": "NVIDIA H100"}]}
+
+
+def test_a_cpu_env_on_a_gpu_box_is_no_counterpart_of_its_cuda_envs():
+    # listed first, on the same host with the same GPUs in its fingerprint, the cpu env
+    # must not stand in for the eager GPU env (133x "from compiling") or the one-GPU one
+    cfg = config(
+        cpu={"device": "cpu"},
+        gpu={"device": "cuda"},
+        gpu_compiled={"device": "cuda", "compile": "default"},
+        gpu_ddp={"device": "cuda", "nproc": 2},
+    )
+    infos = {
+        "cpu": dict(GPU_BOX, device="cpu"),
+        "gpu": dict(GPU_BOX, device="cuda"),
+        "gpu_compiled": dict(GPU_BOX, device="cuda"),
+        "gpu_ddp": dict(GPU_BOX, device="cuda"),
+    }
+    assert ec.eager_partner("gpu_compiled", cfg, infos) == "gpu"
+    assert ec.scaling_baseline("gpu_ddp", cfg, infos, None) == "gpu"
+    # a device left to auto counts as what its fingerprint says it resolved to
+    auto = config(
+        cpu={"device": "cpu"},
+        gpu={"device": "auto"},
+        gpu_compiled={"device": "cuda", "compile": "default"},
+    )
+    assert ec.eager_partner("gpu_compiled", auto, infos) == "gpu"
+    only_cpu = config(cpu={"device": "cpu"}, gpu_compiled={"device": "cuda", "compile": "default"})
+    assert ec.eager_partner("gpu_compiled", only_cpu, infos) is None
+
+
 def tp_of(rows):
     return pd.DataFrame(
         [

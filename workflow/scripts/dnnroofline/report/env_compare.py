@@ -82,6 +82,24 @@ def same_machine(a: str, b: str, env_infos: Mapping[str, Mapping]) -> bool:
     return ka is not None and ka == kb
 
 
+def env_device(env: str, config: Mapping | None, env_infos: Mapping[str, Mapping]) -> str:
+    """The device the env's step ran on: its fingerprint's (auto resolved), else its config's."""
+    return str((env_infos.get(env) or {}).get("device") or env_options(config, env)["device"])
+
+
+def counterparts(env: str, config: Mapping | None, env_infos: Mapping[str, Mapping]) -> list[str]:
+    """The other envs that run the step on the same machine and device: a cpu env on a GPU
+    box is no counterpart of its cuda envs (the gap would read as compiling's, or scaling's)."""
+    device = env_device(env, config, env_infos)
+    return [
+        e
+        for e in _envs(config)
+        if e != env
+        and same_machine(e, env, env_infos)
+        and env_device(e, config, env_infos) == device
+    ]
+
+
 def env_threads(env: str, config: Mapping | None, metrics: pd.DataFrame | None) -> int | None:
     """Threads per process the env's runs recorded (else its config's)."""
     if metrics is not None and len(metrics) and "threads" in metrics:
@@ -99,18 +117,21 @@ def _pick(candidates: list[str], score: Any) -> str | None:
 
 
 def eager_partner(env: str, config: Mapping | None, env_infos: Mapping) -> str | None:
-    """The eager env on the same machine to hold a compiled env against: the one that
-    shares most of its other options (channels-last, nproc)."""
+    """The eager env on the same machine and device to hold a compiled env against: the
+    one that shares most of its other options (nproc, threads, channels-last)."""
     mine = env_options(config, env)
+    threads = env_threads(env, config, None)
     eager = [
-        e
-        for e in _envs(config)
-        if e != env and not env_options(config, e)["compile"] and same_machine(e, env, env_infos)
+        e for e in counterparts(env, config, env_infos) if not env_options(config, e)["compile"]
     ]
 
     def score(e: str) -> tuple:
         o = env_options(config, e)
-        return (o["nproc"] == mine["nproc"], o["channels_last"] == mine["channels_last"])
+        return (
+            o["nproc"] == mine["nproc"],
+            env_threads(e, config, None) == threads,
+            o["channels_last"] == mine["channels_last"],
+        )
 
     return _pick(eager, score)
 
@@ -118,14 +139,12 @@ def eager_partner(env: str, config: Mapping | None, env_infos: Mapping) -> str |
 def scaling_baseline(
     env: str, config: Mapping | None, env_infos: Mapping, metrics: pd.DataFrame | None
 ) -> str | None:
-    """The ``nproc: 1`` env on the same machine to hold a data-parallel env against:
+    """The ``nproc: 1`` env on the same machine and device to hold a data-parallel env against:
     the same compile mode and memory format first, then the same cores."""
     mine = env_options(config, env)
     threads = env_threads(env, config, metrics) or 1
     single = [
-        e
-        for e in _envs(config)
-        if e != env and env_options(config, e)["nproc"] == 1 and same_machine(e, env, env_infos)
+        e for e in counterparts(env, config, env_infos) if env_options(config, e)["nproc"] == 1
     ]
 
     def score(e: str) -> tuple:
