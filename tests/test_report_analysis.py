@@ -16,6 +16,7 @@ from report_fixtures import (
     two_env_inputs,
 )
 
+from dnnroofline.report import memory
 from dnnroofline.report.analysis import analysis_section
 from dnnroofline.report.data import throughput_table
 from dnnroofline.report.design import design_section
@@ -258,3 +259,37 @@ def test_memory_capacity_is_gpu_memory_on_cuda(inputs):
     mem = section_text(html, "<h2>Memory footprint", "<h2>Per point")
     row = table_row(mem, "local", "resnet50", "fp32", "8")
     assert "4.00 GB (peak device memory)" in row and "24.0 GB GPU memory (L4)" in row
+
+
+def test_largest_batch_of_a_cpu_data_parallel_env_counts_every_process():
+    # 4 ranks share 32 GB of RAM, each 1 GB + 0.1 GB per image: 4 x (1 + 0.1 b) <= 32
+    # gives b = 70 per process, by the estimate as by the measured peak (the ranks' sum)
+    gb = 1e9
+    rows = [
+        {
+            "run_id": f"ddp4_m_fp32_bs{b}_run1",
+            "env": "ddp4",
+            "model": "m",
+            "precision": "fp32",
+            "batch_size": b,
+            "run": 1,
+            "status": "ok",
+            "device": "cpu",
+            "nproc": 4,
+            "images_per_s": 10.0,
+            "step_median_s": 1.0,
+            "max_rss_bytes": 4 * (gb + 0.1 * gb * b),
+        }
+        for b in (8, 16)
+    ]
+    cx = {
+        ("m", b): {"arch": "m", "batch_size": b, "peak_memory_bytes": gb + 0.1 * gb * b}
+        for b in (8, 16)
+    }
+    cfg = {"envs": {"ddp4": {"device": "cpu", "nproc": 4}}, "study": {"models": ["m"]}}
+    facts = memory.facts(
+        cfg, pd.DataFrame(rows), cx, {"ddp4": {"device": "cpu", "ram_bytes": 32 * gb}}
+    )
+    (fit,) = facts["largest"]
+    assert (fit["by_estimate"], fit["by_measured"]) == (70, 70)
+    assert facts["rows"][0]["estimated"] == pytest.approx(4 * 1.8 * gb)

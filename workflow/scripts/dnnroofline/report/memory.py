@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dnnroofline.aggregate import group_nproc
 from dnnroofline.report import data
 from dnnroofline.report.format import isnum
 
@@ -43,7 +44,9 @@ def _estimated_peak(c: Mapping, precision: str) -> float:
 
 def facts(config: Mapping | None, metrics: pd.DataFrame, cx: Mapping, env_infos: Mapping) -> dict:
     """Per (env, model, precision, batch): estimated and measured peak against the device's
-    memory; per (env, model, precision): the largest batch that fits."""
+    memory; per (env, model, precision): the largest batch that fits. On CPU the estimate
+    counts every data-parallel process (they share the RAM; the measured peak is their sum);
+    on CUDA each process has its own GPU."""
     m = data.prepare_metrics(metrics)
     keys = m.dropna(subset=["batch_size"]).groupby(data.GROUP, sort=True) if len(m) else []
     rows, fits = [], {}
@@ -57,6 +60,8 @@ def facts(config: Mapping | None, metrics: pd.DataFrame, cx: Mapping, env_infos:
             dev = g["device"].dropna().iloc[0]
         ok = g[g["status"] == "ok"]
         on_gpu = str(dev or "") == "cuda"
+        if not on_gpu:  # the estimate is one process's; data-parallel ranks share the RAM
+            est *= group_nproc(g)
         meas = ok["peak_device_memory_bytes" if on_gpu else "max_rss_bytes"].max()
         n_oom = int((g["status"] == "oom").sum())
         rows.append(
