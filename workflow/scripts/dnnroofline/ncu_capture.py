@@ -348,12 +348,21 @@ class CaptureRequest:
 
 
 class _NoCapture(Exception):
-    """The capture cannot go on: status, reason, message and the CSV text to keep."""
+    """The capture cannot go on: status, reason, message, the CSV text to keep, and the
+    driver's run JSON when it got to write one."""
 
-    def __init__(self, status: str, reason: str, message: str, csv_text: str | None = None):
+    def __init__(
+        self,
+        status: str,
+        reason: str,
+        message: str,
+        csv_text: str | None = None,
+        driver_text: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
         self.csv_text = note_csv(message) if csv_text is None else csv_text
+        self.driver_text = driver_text
 
 
 def _compute_capability(req: CaptureRequest) -> tuple[str | None, str]:
@@ -431,9 +440,8 @@ def capture(req: CaptureRequest) -> dict:
         "passes": {},
         "selftest": {**req.verdict, "file": req.selftest, "precision": req.precision},
     }
-    outcome: dict = {"driver_text": None}  # the driver's run JSON, once it wrote one
     try:
-        return _capture(req, info, outcome)
+        return _capture(req, info)
     except _NoCapture as stop:
         log(f"{stop.status}: {stop.message}")
         write_text_atomic(req.csv_out, stop.csv_text)
@@ -443,13 +451,13 @@ def capture(req: CaptureRequest) -> dict:
         write_json_atomic(req.json_out, result)
         write_driver_run(
             req.driver_run_out,
-            outcome["driver_text"],
+            stop.driver_text,
             f"the driver wrote no run JSON: {stop.status}: {stop.message}",
         )
         return result
 
 
-def _capture(req: CaptureRequest, info: dict, outcome: dict) -> dict:
+def _capture(req: CaptureRequest, info: dict) -> dict:
     exe, how = resolve_executable(req.ncu)
     if exe is None:
         raise _NoCapture("unavailable", "ncu_not_found", not_found_message(req.ncu))
@@ -469,11 +477,14 @@ def _capture(req: CaptureRequest, info: dict, outcome: dict) -> dict:
     info["command"], info["metrics"] = krec["command"], krec["metrics"]
     info["returncode"], info["wall_s"] = krec["returncode"], krec["wall_s"]
     info["metrics_dropped"] = [*info["metrics_dropped"], *krec["metrics_rejected"]]
-    outcome["driver_text"] = kernel["driver_text"]
     diag = kernel["diag"]
     if kernel["parsed"] is None:
         raise _NoCapture(
-            diag.status, diag.reason or "error", diag.message or "", kernel["csv_text"]
+            diag.status,
+            diag.reason or "error",
+            diag.message or "",
+            kernel["csv_text"],
+            kernel["driver_text"],
         )
 
     step = None
@@ -501,7 +512,7 @@ def _capture(req: CaptureRequest, info: dict, outcome: dict) -> dict:
     }
     write_text_atomic(req.csv_out, kernel["csv_text"])
     write_json_atomic(req.json_out, result)
-    write_driver_run(req.driver_run_out, outcome["driver_text"], "the driver wrote no run JSON")
+    write_driver_run(req.driver_run_out, kernel["driver_text"], "the driver wrote no run JSON")
     t = result["totals"]
     log(
         f"{status}: {t['kernels']} kernels, FLOP {t['flop']['total']} (kernel pass), "
