@@ -582,6 +582,12 @@ def test_a_profiler_that_cannot_load_is_unavailable_with_ncus_words(text):
     assert "--profile-step" not in d.message
 
 
+def test_a_profiler_failure_split_over_two_lines_is_still_diagnosed():
+    d = diagnose_ncu_output(1, "==ERROR== Failed to initialize the profiler:\nLibraryNotLoaded\n")
+    assert (d.status, d.reason) == ("unavailable", "profiler_not_loaded")
+    assert "==ERROR== Failed to initialize the profiler:" in d.message
+
+
 def test_stage_profiler_not_loaded_at_query_stops_before_any_pass(tmp_path, fake_ncu):
     p, r, csv_path = run_stage(tmp_path, fake_ncu, mode="query_not_loaded")
     assert p.returncode == 0, p.stderr

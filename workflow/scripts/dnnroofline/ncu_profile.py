@@ -439,7 +439,7 @@ def _quote(lines: list[str], limit: int = 12) -> str:
 #: ncu failing to start its profiler at all, e.g. "Failed to initialize the profiler:
 #: LibraryNotLoaded" (seen on an H200 under gVisor, a sandboxed container runtime).
 _PROFILER_INIT = re.compile(
-    r"Failed to initialize the profiler(?::\s*(\w+))?|\b(LibraryNotLoaded)\b"
+    r"Failed to initialize the profiler(?::[ \t]*(\w+))?|\b(LibraryNotLoaded)\b"
 )
 
 #: The reasons that say this machine's counters cannot be read as it is set up: no
@@ -545,7 +545,7 @@ def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = 
     init = _PROFILER_INIT.search(text)
     if init:
         message = profiler_init_message(init.group(1) or init.group(2))
-        (said_line,) = [ln.strip() for ln in text.splitlines() if init.group(0) in ln][:1]
+        said_line = next(ln.strip() for ln in text.splitlines() if init.group(0) in ln)
         shown = errors if any(said_line in e for e in errors) else [said_line, *errors]
         return Diagnosis("unavailable", "profiler_not_loaded", message + _quote(shown))
     said = "\n".join(errors)
