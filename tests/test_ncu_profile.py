@@ -308,6 +308,10 @@ if "--query-metrics" in argv:
 
 log = argv[argv.index("--log-file") + 1]
 out = argv[argv.index("--out") + 1]
+if "--profile-from-start" in argv and "app-range" in argv:  # as ncu rejects it
+    with open(log, "w") as fh:
+        fh.write("==ERROR== --profile-from-start is not supported with range replay modes\\n")
+    sys.exit(1)
 metrics = argv[argv.index("--metrics") + 1].split(",")
 rejected = os.environ.get("FAKE_NCU_REJECT", "").split(",")
 reject = [m for m in metrics if m.split(".")[0] in rejected]
@@ -535,6 +539,7 @@ def test_stage_success_with_fake_ncu(tmp_path, fake_ncu):
     assert prof[prof.index("--replay-mode") + 1] == "kernel"
     assert steppass[steppass.index("--replay-mode") + 1] == "app-range"
     assert prof[prof.index("--profile-from-start") + 1] == "off"
+    assert "--profile-from-start" not in steppass  # range replay takes start/stop itself
     assert prof[prof.index("--metrics") + 1].split(",") == ncu["metrics"]
     assert not [a for a in prof + steppass if "nvtx" in a.lower()]
     driver = prof[prof.index("python") :]

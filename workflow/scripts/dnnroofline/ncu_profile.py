@@ -3,9 +3,10 @@ what an ncu failure means.
 
 How the step is captured (README, "NVIDIA GPUs and Nsight Compute"): the driver (``run_train.py
 --profile-step``) warms up, then brackets exactly one training step (forward,
-backward, optimizer) with ``torch.cuda.profiler.start()/stop()``, and ncu runs
-with ``--profile-from-start off``. Every kernel of every CPU thread between start
-and stop is profiled, the backward pass included. NVTX push/pop filters
+backward, optimizer) with ``torch.cuda.profiler.start()/stop()``: the kernel pass
+runs with ``--profile-from-start off``, and the step pass's range replay takes its
+range from those two calls. Every kernel of every CPU thread between start and stop
+is profiled, the backward pass included. NVTX push/pop filters
 (``--nvtx --nvtx-include``) are never used: push/pop ranges are per CPU thread,
 and autograd runs backward on another thread, so such a filter silently drops
 the backward pass (the nnperf fixture in tests/data/ncu shows exactly that).
@@ -215,6 +216,8 @@ def step_metrics_for_arch(compute_capability: object) -> list[str]:
 # * kernel pass: kernel replay with flushed caches. Per-kernel numbers for the
 #   per-kernel roofline (each kernel isolated, cold cache) and the step's FLOPs
 #   (instruction counts do not depend on the cache state).
+# Only kernel replay takes ``--profile-from-start off``: range replay defines its ranges
+# by cudaProfilerStart/Stop already, and ncu rejects the option in range modes.
 PASSES: dict[str, dict[str, str]] = {
     "step": {
         "replay_mode": "app-range",
@@ -223,6 +226,7 @@ PASSES: dict[str, dict[str, str]] = {
         "measures": "the whole step as it runs (one range): bytes, time, memory roofs",
     },
     "kernel": {
+        "profile_from_start": "off",
         "replay_mode": "kernel",
         "cache_control": "all",
         "clock_control": "none",
@@ -339,12 +343,12 @@ def build_ncu_command(
 ) -> list[str]:
     """The ncu argv that profiles exactly the driver's bracketed training step.
 
-    ``ncu --profile-from-start off --target-processes all --replay-mode <mode>
+    ``ncu [--profile-from-start off] --target-processes all --replay-mode <mode>
     --cache-control <c> --clock-control none --metrics <m1,m2,...> --csv --page raw
     --print-units base --log-file <csv> <driver argv> --profile-step``, with the
-    replay mode and cache control of ``pass_name`` (:data:`PASSES`): ``app-range``
-    and ``none`` for the step pass, ``kernel`` and ``all`` for the kernel pass. No
-    NVTX filter (it would miss backward).
+    settings of ``pass_name`` (:data:`PASSES`): ``app-range`` and ``none`` for the
+    step pass, ``--profile-from-start off``, ``kernel`` and ``all`` for the kernel
+    pass. No NVTX filter (it would miss backward).
     """
     if pass_name not in PASSES:
         raise InputError(f"ncu pass {pass_name!r}: use one of {sorted(PASSES)}")
@@ -362,10 +366,10 @@ def build_ncu_command(
                 f"ncu option {a}: NVTX filters miss the backward pass (push/pop ranges are per "
                 "thread); the stage brackets the step with cudaProfilerStart/Stop instead"
             )
+    start = settings.get("profile_from_start")
     cmd = [
         ncu_exe,
-        "--profile-from-start",
-        "off",
+        *(["--profile-from-start", start] if start else []),
         "--target-processes",
         "all",
         "--replay-mode",
