@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from decimal import Decimal
 
 import pandas as pd
 import pytest
@@ -25,6 +26,7 @@ from test_ncu_profile import (
 
 from dnnroofline.errors import InputError
 from dnnroofline.ncu import parse_ncu_csv, tensor_counter_gap
+from dnnroofline.ncu_metrics import tensor_pipe_instructions
 from dnnroofline.ncu_profile import (
     PASSES,
     STEP_METRICS,
@@ -191,6 +193,34 @@ def test_tensor_pipe_without_tensor_op_counters_is_a_named_gap():
     assert gap == [m for m in wanted if m.startswith(T)]
     assert tensor_counter_gap(r) == ["sm__ops_path_tensor_*_sparsity_off.sum (none collected)"]
     assert tensor_counter_gap(parse_ncu_csv(H100_RAW), wanted) is None  # counted: no gap
+
+
+def test_hopper_wgmma_instructions_alone_still_reveal_the_tensor_pipe(tmp_path):
+    # An H100 counts tensor instructions per kind (HMMA, HGMMA = wgmma); a capture with
+    # only those and no ops counter must still say tensor FLOPs are missing.
+    hopper = tmp_path / "hopper_gmma_no_ops.csv"
+    text = PIPE_NO_OPS.read_text().replace(
+        "smsp__inst_executed_pipe_tensor.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum"
+    )
+    hopper.write_text(text.replace('"8.0"', '"9.0"'))
+    r = parse_ncu_csv(hopper)
+    assert r["tensor_pipe_instructions"] == 1_048_576 and r["totals"]["flop"]["tensor"] is None
+    assert tensor_counter_gap(r, metrics_for_arch("9.0"))
+    assert {
+        "sm__inst_executed_pipe_tensor_op_gmma.sum",
+        "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    } <= set(metrics_for_arch("9.0"))
+
+
+def test_tensor_pipe_instructions_take_the_total_else_the_sum_of_kinds():
+    total, gmma, hmma = (
+        "smsp__inst_executed_pipe_tensor.sum",
+        "sm__inst_executed_pipe_tensor_op_gmma.sum",
+        "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    )
+    assert tensor_pipe_instructions({total: Decimal(10), gmma: Decimal(6), hmma: Decimal(4)}) == 10
+    assert tensor_pipe_instructions({gmma: Decimal(6), hmma: Decimal(4)}) == 10
+    assert tensor_pipe_instructions({gmma: None}) is None
 
 
 def test_stage_says_missing_counters_not_ok(tmp_path, fake_ncu):

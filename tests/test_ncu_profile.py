@@ -116,9 +116,15 @@ def test_every_requested_metric_is_one_the_parser_reads(cc):
     assert all(is_roofline_metric(x) for x in m)
     # nvprof names (flop_count_sp, dram_read_bytes, ...) are rejected by ncu.
     assert not [x for x in m if "__" not in x]
-    # Never the fixed-multiplier instruction counter as a FLOP source.
+    # Tensor-pipe instruction counters only as the diagnostic (never a FLOP source with
+    # a fixed multiplier); Hopper's per-kind ones (HMMA, HGMMA) come with the total.
+    hopper = (
+        "sm__inst_executed_pipe_tensor_op_hmma.sum",
+        "sm__inst_executed_pipe_tensor_op_gmma.sum",
+    )
     assert [x for x in m if "inst_executed_pipe_tensor" in x] == [
-        "smsp__inst_executed_pipe_tensor.sum"
+        "smsp__inst_executed_pipe_tensor.sum",
+        *(hopper if cc in (None, "9.0") else ()),
     ]
 
 

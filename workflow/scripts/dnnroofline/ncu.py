@@ -68,12 +68,12 @@ from dnnroofline.ncu_metrics import (
     METRIC_DIMENSIONS,
     NOT_COUNT_DIMENSIONS,
     TENSOR_OPS_RE,
-    TENSOR_PIPE_INST_METRICS,
     TIME_METRIC,
     is_roofline_metric,
     parse_number,
     parse_tensor_counter,
     select_tensor_counters,
+    tensor_pipe_instructions,
     unit_scale,
 )
 
@@ -477,7 +477,7 @@ def parse_ncu_text(
         warnings.append(f"{count} kernel(s): {reason}")
     for path, gaps in incomplete.items():
         warnings.append(f"totals.{path} sums {n - gaps} of {n} kernels; {gaps} kernel(s) lack it")
-    pipe = _sum_optional([k.values.get(m) for k in table.kernels for m in TENSOR_PIPE_INST_METRICS])
+    pipe = _sum_optional([tensor_pipe_instructions(k.values) for k in table.kernels])
     if flop_totals["tensor"] is None and pipe:
         warnings.append(
             f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "

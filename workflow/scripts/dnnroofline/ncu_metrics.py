@@ -10,6 +10,7 @@ and by the capture (:mod:`dnnroofline.ncu_profile`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -80,11 +81,28 @@ MEMORY_PEAK_METRICS: dict[str, tuple[str, str]] = {
 }
 PEAK_METRIC_NAMES = tuple(m for pair in MEMORY_PEAK_METRICS.values() for m in pair)
 
-#: Tensor-pipe *instruction* counters. Diagnostic only: never turned into FLOPs.
+#: Tensor-pipe *instruction* counters. Diagnostic only: never turned into FLOPs. The
+#: first two are the same total at two levels (the first one present is read).
 TENSOR_PIPE_INST_METRICS = (
     "smsp__inst_executed_pipe_tensor.sum",
     "sm__inst_executed_pipe_tensor.sum",
 )
+#: Hopper counts its tensor instructions per kind: HMMA (mma.sync) and HGMMA (wgmma,
+#: which cuBLAS and cuDNN use on H100); summed where no total above is present.
+TENSOR_PIPE_OP_INST_METRICS = (
+    "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    "sm__inst_executed_pipe_tensor_op_gmma.sum",
+)
+
+
+def tensor_pipe_instructions(values: Mapping[str, Decimal | None]) -> Decimal | None:
+    """One kernel's tensor-pipe instructions: its total, else the sum of its kinds."""
+    for name in TENSOR_PIPE_INST_METRICS:
+        if values.get(name) is not None:
+            return values[name]
+    kinds = [values[n] for n in TENSOR_PIPE_OP_INST_METRICS if values.get(n) is not None]
+    return sum(kinds, Decimal(0)) if kinds else None
+
 
 TENSOR_OPS_RE = re.compile(
     r"^sm__ops_path_tensor_"
@@ -112,6 +130,7 @@ _FIXED_METRICS = frozenset(
         *BYTES_METRICS,
         *CUDA_CORE_METRIC_NAMES,
         *TENSOR_PIPE_INST_METRICS,
+        *TENSOR_PIPE_OP_INST_METRICS,
         *PEAK_METRIC_NAMES,
     }
 )

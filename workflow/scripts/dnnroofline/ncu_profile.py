@@ -48,6 +48,7 @@ from dnnroofline.ncu_metrics import (
     MEMORY_PEAK_METRICS,
     PACKED_FP32_METRIC_NAMES,
     PEAK_METRIC_NAMES,
+    TENSOR_PIPE_OP_INST_METRICS,
     TIME_METRIC,
 )
 
@@ -156,6 +157,7 @@ def metrics_for_arch(compute_capability: object) -> list[str]:
             *TENSOR_FP64,
             *TENSOR_FP8,
             *TENSOR_HOPPER_PER_INSTRUCTION,
+            *TENSOR_PIPE_OP_INST_METRICS,
         )
     elif cc < (7, 0):
         raise InputError(
@@ -171,7 +173,13 @@ def metrics_for_arch(compute_capability: object) -> list[str]:
     elif cc < (9, 0):  # Ada 8.9: FP8
         tensor = (*TENSOR_AMPERE, *TENSOR_FP8)
     elif cc < (10, 0):  # Hopper 9.0: FP64, FP8, HMMA and HGMMA (wgmma) paths
-        tensor = (*TENSOR_AMPERE, *TENSOR_FP64, *TENSOR_FP8, *TENSOR_HOPPER_PER_INSTRUCTION)
+        tensor = (
+            *TENSOR_AMPERE,
+            *TENSOR_FP64,
+            *TENSOR_FP8,
+            *TENSOR_HOPPER_PER_INSTRUCTION,
+            *TENSOR_PIPE_OP_INST_METRICS,
+        )
     else:  # Blackwell 10.x/12.x: names partly unverified; the query keeps what exists
         tensor = (*TENSOR_AMPERE, *TENSOR_FP8, *(TENSOR_FP64 if cc[0] == 10 else ()))
     # Packed FP32 (FADD2/FMUL2/FFMA2) exists from Blackwell on; an unknown GPU asks
