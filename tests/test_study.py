@@ -310,6 +310,11 @@ def test_ncu_batch_sizes_choose_the_profiled_configs():
     config["envs"]["cpu"] = {"device": "cpu", "precisions": ["bf16"]}
     study = make_study(config, device="cuda", cpu_flags=["amx_bf16"])
     assert {c.env for c in study.profiled_configs()} == {"local"}  # not the CPU env
+    config["envs"]["ddp"] = {"device": "cuda", "nproc": 2}  # replayed all-reduces would hang
+    study = make_study(config, device="cuda", cpu_flags=["amx_bf16"], gpu_count=2)
+    assert "ddp" in study.cuda_envs_measured()
+    assert {c.env for c in study.profiled_configs()} == {"local"}
+    del config["envs"]["ddp"]
     config["ncu"] = {"batch_sizes": [512]}
     with pytest.raises(
         InputError, match=r"ncu.batch_sizes: 512 is not a batch size of the study \(64, 128, 256\)"

@@ -313,11 +313,13 @@ class Study:
         return sorted(keys)
 
     def profiled_configs(self) -> list[Run]:
-        """The configs Nsight Compute profiles here: those of the CUDA envs measured here,
-        at ``ncu.batch_sizes`` where given (the others keep the analytic AI)."""
+        """The configs Nsight Compute profiles here: those of the one-process CUDA envs
+        measured here, at ``ncu.batch_sizes`` where given (the others keep the analytic
+        AI). Not a data-parallel env: a replayed all-reduce kernel waits for ranks that
+        do not replay it, so kernel replay would hang until the ncu timeout."""
         chosen = self.ncu_batch_sizes
-        configs = self.configs(self.cuda_envs_measured())
-        return [c for c in configs if chosen is None or c.batch in chosen]
+        envs = [e for e in self.cuda_envs_measured() if self.nproc(e) == 1]
+        return [c for c in self.configs(envs) if chosen is None or c.batch in chosen]
 
     @property
     def ncu_batch_sizes(self) -> list[int] | None:
