@@ -322,6 +322,19 @@ def test_all_na_counters_with_required_metrics(tmp_path):
         parse_ncu_text(text, "na.csv", require_roofline_metrics=True)
 
 
+def test_a_missing_value_is_missing_whatever_its_unit():
+    # n/a carries no quantity, so no unit to check: an empty unit must not abort the file
+    text = _details(
+        [
+            ["0", "k", "dram__bytes_read.sum", "byte", "1,000"],
+            ["0", "k", "dram__bytes_write.sum", "", "n/a"],
+        ]
+    )
+    r = parse_ncu_text(text, "na.csv")
+    assert r["kernels"][0]["bytes"]["dram_read"] == 1000
+    assert r["kernels"][0]["bytes"]["dram_write"] is None
+
+
 # --------------------------------------------------------------------------- pieces
 
 

@@ -260,6 +260,8 @@ def test_diagnose():
 
     d = diagnose_ncu_output(0, "==PROF== Disconnected\n==WARNING== No kernels were profiled.\n")
     assert d.reason == "no_kernels" and "--profile-step" in d.message
+    d = diagnose_ncu_output(0, "==WARNING== No ranges were profiled.\n")  # range replay says so
+    assert d.reason == "no_kernels" and "--profile-step" in d.message
 
     text = (
         "==ERROR== The application returned an error code (1).\n"

@@ -162,6 +162,8 @@ def _convert(raw: str, unit: str, metric: str, source: str, lineno: int) -> Deci
         raise InputError(
             f"{source}: line {lineno}: metric {metric}: value {raw!r} is not a number"
         ) from None
+    if value is None:  # n/a: no quantity, so no unit to check
+        return None
     factor, dim = unit_scale(unit)
     allowed = METRIC_DIMENSIONS.get(metric)
     if allowed is not None:
@@ -170,7 +172,7 @@ def _convert(raw: str, unit: str, metric: str, source: str, lineno: int) -> Deci
         ok = dim not in NOT_COUNT_DIMENSIONS and "/" not in dim
     if not ok:
         raise InputError(f"{source}: line {lineno}: metric {metric}: unexpected unit {unit!r}")
-    return None if value is None else value * factor
+    return value * factor
 
 
 def _read_table(text: str, source: str) -> _Table:

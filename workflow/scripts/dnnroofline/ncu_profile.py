@@ -586,7 +586,8 @@ def diagnose_ncu_output(returncode: int | None, text: str, *, timed_out: bool = 
             "ncu did not finish within the time limit (profile_ncu.py --timeout)" + _quote(errors),
         )
     app_failed = "application returned an error code" in low or "terminated before" in low
-    if "no kernels were profiled" in low:
+    # kernel replay says "No kernels were profiled", range replay "No ranges were profiled"
+    if "no kernels were profiled" in low or "no ranges were profiled" in low:
         why = (
             "the application failed before profiling started"
             if app_failed
