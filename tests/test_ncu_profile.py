@@ -323,6 +323,8 @@ if "--profile-from-start" in argv and "app-range" in argv:  # as ncu rejects it
 metrics = argv[argv.index("--metrics") + 1].split(",")
 rejected = os.environ.get("FAKE_NCU_REJECT", "").split(",")
 reject = [m for m in metrics if m.split(".")[0] in rejected]
+if os.environ.get("FAKE_NCU_REJECT_FIRST_ONLY"):  # as some ncu versions name one at a time
+    reject = reject[:1]
 if reject:
     with open(log, "w") as fh:
         fh.write("==PROF== Connected to process 4242 (/usr/bin/python3)\\n")
@@ -686,6 +688,16 @@ def test_stage_retries_without_metrics_ncu_rejects(tmp_path, fake_ncu):
     assert step[step.index("--replay-mode") + 1] == "app-range"
     assert f"{bad}.sum" in first[first.index("--metrics") + 1].split(",")
     assert f"{bad}.sum" not in second[second.index("--metrics") + 1].split(",")
+
+
+def test_stage_retries_until_ncu_names_no_more_unknown_metrics(tmp_path, fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_REJECT_FIRST_ONLY", "1")
+    bad = [f"{T}op_hgmma_src_fp16_sparsity_off", f"{T}op_hgmma_src_bf16_dst_fp32_sparsity_off"]
+    p, r, _ = run_stage(tmp_path, fake_ncu, "--no-query", "--compute-capability", "9.0", reject=bad)
+    assert p.returncode == 0, p.stdout
+    assert r["status"] == "ok", r["message"]
+    assert sorted(r["ncu"]["metrics_dropped"]) == sorted(f"{b}.sum" for b in bad)
+    assert len(calls(tmp_path)) == 3 + 1  # the kernel pass three times, then the step pass
 
 
 def test_stage_gives_up_when_ncu_rejects_every_metric(tmp_path, fake_ncu):

@@ -166,6 +166,10 @@ def write_driver_run(path: str | None, text: str | None, why: str) -> None:
     write_json_atomic(path, {"status": None, "message": why, "profiled_step": True})
 
 
+#: Runs of one pass at most: each one after the first drops the metrics ncu rejected.
+PASS_ATTEMPTS = 4
+
+
 def run_pass(
     pass_name: str,
     exe: str,
@@ -174,7 +178,8 @@ def run_pass(
     timeout: float,
     csv_out: str,
 ) -> dict:
-    """One ncu pass over the driver's profiled step, with one retry without rejected metrics.
+    """One ncu pass over the driver's profiled step, run again without the metrics ncu
+    rejects (a few times: some ncu versions name only the first unknown metric).
 
     Returns the pass record (settings, command, metrics, return code, wall time,
     dropped metrics), ncu's diagnosis, the parsed table (None when there is none),
@@ -194,7 +199,7 @@ def run_pass(
     out: dict = {"record": rec, "parsed": None, "csv_text": "", "driver_run": None}
     out["driver_text"] = None
     logtext = console = ""
-    for attempt in (1, 2):
+    for attempt in range(1, PASS_ATTEMPTS + 1):
         with tempfile.TemporaryDirectory(prefix=f"profile_ncu.{pass_name}.") as tmp:
             run_json = Path(tmp) / "driver_run.json"
             log_file = Path(tmp) / "ncu.csv"
@@ -221,7 +226,7 @@ def run_pass(
             out["driver_text"] = run_json.read_text() if run_json.exists() else None
         diag = diagnose_ncu_output(rc, logtext + "\n" + console, timed_out=timed_out)
         rejected = [m for m in metrics if base_name(m) in diag.unknown_metrics]
-        if attempt == 2 or diag.reason != "unknown_metric" or not rejected:
+        if attempt == PASS_ATTEMPTS or diag.reason != "unknown_metric" or not rejected:
             break
         if len(rejected) == len(metrics):
             break
