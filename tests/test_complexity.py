@@ -293,6 +293,30 @@ def test_train_step_and_bytes_accounting(at_224):
     assert prec["amp"]["min_dram_bytes_per_step"] == 42 * p + 2 * half + 2 * i
 
 
+def test_frozen_weights_have_no_gradient_momentum_or_optimizer_work():
+    # fine-tuning: resnet18's backbone frozen, only the 10-class head trains
+    model = torchvision.models.resnet18(num_classes=10)
+    for name, param in model.named_parameters():
+        param.requires_grad = name.startswith("fc.")
+    r = cx.complexity_of_model(model, batch_size=2, image_size=32)
+    p, t = r["params"], r["trainable_params"]
+    assert (p, t) == (11_181_642, 10 * 512 + 10)
+    assert r["flops"]["optimizer"] == 6 * t
+    assert r["bytes"]["params"] == 4 * p and r["bytes"]["grads"] == r["bytes"]["optimizer_state"]
+    assert r["bytes"]["grads"] == 4 * t
+    a, i = r["bytes"]["activations"], r["bytes"]["input"]
+    assert r["min_dram_bytes_per_step"] == 4 * p + 28 * t + 2 * a + 2 * i  # was 32P: 357.9 MB
+    assert r["peak_memory_bytes"] == 4 * p + 8 * t + a + i + r["bytes"]["workspace"]
+    half = r["by_precision"]["bf16"]
+    assert half["min_dram_bytes_per_step"] == 8 * p + 26 * t + 2 * half["activation_bytes"] + 2 * i
+    # every weight trains: the formulas are the documented 32P and 34P
+    assert (
+        cx.min_dram_bytes_per_step(10, 0, 0, "fp32")
+        == cx.min_dram_bytes_per_step(10, 0, 0, "fp32", trainable=10)
+        == 320
+    )
+
+
 def test_saved_tensors_are_deduplicated_by_storage():
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
     saved = cx.measure_saved_tensors(model, torch.randn(2, 3, 8, 8))

@@ -37,6 +37,29 @@ def test_trace_sees_layers_not_views(mlp_table):
     assert [(k, b) for _, b, k, _ in first["outputs"]] == [("act", 4 * 32 * 4)]
 
 
+def test_a_reshape_that_declares_no_alias_moves_nothing():
+    # Linear on a 3-d input runs mm between two reshapes; the second, _unsafe_view,
+    # declares no alias in its schema but returns its input's storage
+    model = nn.Sequential(nn.Linear(64, 32, bias=False))
+    records = cx.trace_traffic(model, torch.randn(4, 5, 64))
+    assert [r["op"] for r in records] == ["aten.mm.default"]
+    table = cx.traffic_table(records, batch_size=4, probe=4)
+    assert [row for row in table if row[1].startswith("act")] == [
+        [4 * 5 * 32 * 4, "act", 1, 0, 1],  # the output: written once
+        [4 * 5 * 32 * 4, "act_grad", 0, 1, 1],  # its gradient: read once
+    ]
+
+
+def test_frozen_weights_are_read_but_get_no_gradient():
+    model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
+    model[0].weight.requires_grad = False
+    table = cx.traffic_table(cx.trace_traffic(model, torch.randn(4, 64)), batch_size=4, probe=4)
+    # W1 is read in forward; its layer (the image and a frozen weight) has no backward
+    assert [8192, "other", 1, 0, 1] in table and [1024, "input", 1, 0, 1] in table
+    assert [row for row in table if row[1] == "param_grad"] == [[1280, "param_grad", 0, 1, 1]]
+    assert traffic.step_extra_bytes(100, "amp", trainable=10) == 20 * 10 + 6 * 100 + 8 * 10
+
+
 def test_table_counts_the_documented_accesses(mlp_table):
     _, table = mlp_table
     # [bytes at batch 8, kind, forward accesses, backward accesses, how many tensors]

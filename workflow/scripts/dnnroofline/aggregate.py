@@ -552,8 +552,13 @@ def analytic_ai_range(
     flop, min_bytes = analytic_counts(complexity, precision, where)
     llc = int(llc_bytes) if isinstance(llc_bytes, (int, float)) and llc_bytes > 0 else None
     try:
+        trainable = complexity.get("trainable_params")  # absent before frozen weights counted
         high = traffic.step_traffic_bytes(
-            block, int(complexity["params"]), llc_bytes=llc, precision=precision
+            block,
+            int(complexity["params"]),
+            llc_bytes=llc,
+            precision=precision,
+            trainable=None if trainable is None else int(trainable),
         )
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None

@@ -59,6 +59,10 @@ intermediates that are not saved are assumed to stay on chip, so real traffic is
   (4P) which is written (2P) and read in forward (2P) and backward (2P); fp32 grads
   written (4P); optimizer 20P.
 * amp: bf16 + ``8P``: GradScaler's unscale reads and writes every fp32 grad.
+* Frozen weights (``requires_grad`` False, e.g. a fine-tuned model's backbone): grads,
+  momentum, optimizer FLOPs and bytes, the GradScaler term and the backward weight
+  reads count only the ``T`` parameters that train (``trainable_params``), so fp32 is
+  ``4P + 28T + 2A + 2I`` and bf16 ``8P + 26T + 2A_half + 2I``.
 
 ``peak_memory_bytes`` (estimate, at the start of backward): params + grads (counted in
 full, conservative) + momentum + saved activations + input batch (+ 2-byte weight copy
@@ -108,15 +112,17 @@ METHOD = (
     "input needs no gradient and is not counted) + 1 add per output for a bias gradient; "
     "batchnorm/norm 9 per element; max-pool 1 per output; other types 1x forward. "
     f"Optimizer: SGD momentum {OPTIMIZER['momentum']}, weight decay "
-    f"{OPTIMIZER['weight_decay']}, {OPTIMIZER_FLOPS_PER_PARAM} FLOPs and one fp32 momentum "
-    "buffer per parameter; loss not counted. Activations: unique storages saved for "
-    "backward (saved_tensors_hooks on the real train-mode probe forward), without "
-    "parameters, buffers and the input batch, scaled with the batch except 0/1-dim "
-    "per-channel statistics. min DRAM bytes per step (lower bound): fp32 32P + 2A + "
-    "2I (params read fwd+bwd, grads written, optimizer reads p,g,m and writes p,m; saved "
-    "activations written and read once; input read in forward and for the first layer's "
-    "weight grad); bf16 34P + 2A_half + 2I (fp32 weights read for the 2-byte autocast "
-    "copy, copy written and read in fwd and bwd); amp = bf16 + 8P (GradScaler unscale). "
+    f"{OPTIMIZER['weight_decay']}, {OPTIMIZER_FLOPS_PER_PARAM} FLOPs and one fp32 momentum"
+    " buffer per trained parameter (frozen ones, requires_grad False, have no gradient, "
+    "no momentum and no backward weight read); loss not counted. Activations: unique "
+    "storages saved for backward (saved_tensors_hooks on the real train-mode probe "
+    "forward), without parameters, buffers and the input batch, scaled with the batch "
+    "except 0/1-dim per-channel statistics. min DRAM bytes per step (lower bound): fp32 "
+    "32P + 2A + 2I (params read fwd+bwd, grads written, optimizer reads p,g,m and writes "
+    "p,m; saved activations written and read once; input read in forward and for the "
+    "first layer's weight grad); bf16 34P + 2A_half + 2I (fp32 weights read for the "
+    "2-byte autocast copy, copy written and read in fwd and bwd); amp = bf16 + 8P "
+    "(GradScaler unscale). "
     "Peak memory: params + grads + momentum + activations + input (+ 2-byte weight copy "
     f"under amp/bf16) + workspace (2x the largest saved activation + "
     f"{WORKSPACE_FIXED_BYTES // 1_000_000} MB)."
@@ -276,28 +282,37 @@ def _check_precision(precision: str) -> None:
 
 
 def min_dram_bytes_per_step(
-    params: int, activation_bytes: int, input_bytes: int, precision: str = "fp32"
+    params: int,
+    activation_bytes: int,
+    input_bytes: int,
+    precision: str = "fp32",
+    trainable: int | None = None,
 ) -> int:
     """Analytic lower bound on DRAM bytes of one training step (SGD with momentum).
 
-    fp32/tf32: ``32P + 2A + 2I``: params read in forward and backward (4P + 4P), grads
-    written (4P), optimizer reads p, g, momentum (12P) and writes p, momentum (8P),
-    saved activations written in forward and read once in backward (2A), input batch
-    read in forward and again for the first layer's weight gradient (2I).
-    bf16: ``34P + 2A + 2I``: fp32 weights read (4P) to write the 2-byte autocast copy
-    (2P), which forward and backward each read (2P + 2P); fp32 grads (4P); optimizer
-    (20P). amp: the bf16 formula + 8P for GradScaler's unscale (read and write each
-    grad). ``A`` is the activation bytes *at that precision*, ``I`` the fp32 input bytes.
+    fp32/tf32: ``4P + 28T + 2A + 2I``: params read in forward (4P) and, the trained
+    ones, in backward (4T), grads written (4T), optimizer reads p, g, momentum (12T)
+    and writes p, momentum (8T), saved activations written in forward and read once in
+    backward (2A), input batch read in forward and again for the first layer's weight
+    gradient (2I). bf16: ``8P + 26T + 2A + 2I``: fp32 weights read (4P) to write the
+    2-byte autocast copy (2P), which forward reads (2P) and backward reads for the
+    trained ones (2T); fp32 grads (4T); optimizer (20T). amp: the bf16 formula + 8T
+    for GradScaler's unscale (read and write each grad). ``P`` counts every parameter,
+    ``T`` those that train (default P, where the formulas are 32P and 34P): a frozen
+    one (requires_grad False) has no gradient, SGD skips it, and backward reads it
+    only where a layer before it trains, so it is left out there (a lower bound). ``A``
+    is the activation bytes *at that precision*, ``I`` the fp32 input bytes.
     """
     _check_precision(precision)
     p = params
-    optimizer = 3 * FP32_BYTES * p + 2 * FP32_BYTES * p  # read p, g, m; write p, m
+    t = params if trainable is None else trainable
+    optimizer = 3 * FP32_BYTES * t + 2 * FP32_BYTES * t  # read p, g, m; write p, m
     if precision in ("fp32", "tf32"):
-        weights = 2 * FP32_BYTES * p  # read in forward and in backward
-    else:
-        weights = FP32_BYTES * p + 3 * HALF_BYTES * p  # cast: read fp32, write; read x2
-    grads = FP32_BYTES * p
-    scaler = 2 * FP32_BYTES * p if precision == "amp" else 0
+        weights = FP32_BYTES * (p + t)  # read in forward and (trained ones) in backward
+    else:  # cast: read fp32, write the copy; forward reads it, backward (trained ones)
+        weights = FP32_BYTES * p + HALF_BYTES * (2 * p + t)
+    grads = FP32_BYTES * t
+    scaler = 2 * FP32_BYTES * t if precision == "amp" else 0
     return weights + grads + optimizer + scaler + 2 * activation_bytes + 2 * input_bytes
 
 
@@ -307,18 +322,25 @@ def peak_memory_bytes(
     input_bytes: int,
     largest_activation_bytes: int,
     precision: str = "fp32",
+    trainable: int | None = None,
 ) -> int:
-    """Estimated peak memory of a training step: weights, grads, momentum, saved
-    activations and input, the 2-byte weight copy under amp/bf16, and a workspace of
-    2x the largest saved activation + WORKSPACE_FIXED_BYTES."""
+    """Estimated peak memory of a training step: weights, grads and momentum (of the
+    ``trainable`` parameters; default all), saved activations and input, the 2-byte
+    weight copy under amp/bf16, and a workspace of 2x the largest saved activation +
+    WORKSPACE_FIXED_BYTES."""
     _check_precision(precision)
-    state = 3 * FP32_BYTES * params  # params, grads (conservatively in full), momentum
+    t = params if trainable is None else trainable
+    state = FP32_BYTES * params + 2 * FP32_BYTES * t  # params; grads (in full), momentum
     copy = HALF_BYTES * params if precision in ("amp", "bf16") else 0
     workspace = 2 * largest_activation_bytes + WORKSPACE_FIXED_BYTES
     return state + copy + activation_bytes + input_bytes + workspace
 
 
 # --------------------------------------------------------------------------- traffic
+
+
+# In-place ops that change a tensor's metadata only: no data moves.
+_METADATA_ONLY = frozenset({torch.ops.aten.as_strided_.default})
 
 
 def _alias_outputs(func: Any) -> bool:
@@ -333,23 +355,40 @@ def _alias_outputs(func: Any) -> bool:
     return False
 
 
+def _returns_its_inputs(func: Any, ins: list, outs: list) -> bool:
+    """True for an op that writes none of its arguments and whose every output is
+    storage of an input: a view whose schema does not say so (``_unsafe_view``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or not outs:
+        return False
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return False
+    storages = {t.untyped_storage().data_ptr() for t in ins}
+    return all(o.untyped_storage().data_ptr() in storages for o in outs)
+
+
 def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
     """Every data-moving aten op of one real train-mode forward of ``model(x)``.
 
     Returns one record per op: ``inputs`` and ``outputs`` as lists of
     ``(storage key, bytes, kind, fixed)``, kind ``param``, ``input``, ``act`` or
-    ``other`` (integer/bool tensors and buffers); ``fixed`` marks what does not grow
+    ``other`` (integer/bool tensors, buffers, and frozen weights: no gradient to write);
+    ``fixed`` marks what does not grow
     with the batch (weights, buffers, 0/1-dim tensors such as per-channel statistics).
     Storages are keyed by address, and every tensor seen is kept alive until the end,
     so no address is reused for another.
-    Views (outputs that alias an input) move nothing and are skipped. Buffers and
-    the train/eval mode are restored afterwards.
+    Views move nothing and are skipped: ops whose outputs alias an input by their
+    schema, and ops that write no argument and return only storage of their inputs
+    (``_unsafe_view``, which matmul's reshapes use, declares no alias), and
+    ``as_strided_`` (it changes metadata only). Buffers and the train/eval mode are
+    restored afterwards.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    buffers = {b.untyped_storage().data_ptr() for b in model.buffers()}
+    params = {p.untyped_storage().data_ptr() for p in model.parameters() if p.requires_grad}
+    frozen = {p.untyped_storage().data_ptr() for p in model.parameters()} - params
+    buffers = {b.untyped_storage().data_ptr() for b in model.buffers()} | frozen
     image = x.untyped_storage().data_ptr()
     records: list[dict] = []
     keep: list[torch.Tensor] = []
@@ -371,10 +410,12 @@ def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if _alias_outputs(func):
+            if _alias_outputs(func) or func in _METADATA_ONLY:
                 return out
             ins = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
             outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            if _returns_its_inputs(func, ins, outs):
+                return out
             ins = [t for t in ins if t.untyped_storage().nbytes() > 0]
             outs = [t for t in outs if t.untyped_storage().nbytes() > 0]
             if ins or outs:
@@ -461,9 +502,11 @@ def _scale(count: int, batch_size: int, probe: int) -> int:
     return (count * batch_size + probe // 2) // probe
 
 
-def count_params(model: nn.Module) -> int:
-    """Unique parameters (shared tensors counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+def count_params(model: nn.Module, trainable_only: bool = False) -> int:
+    """Unique parameters (shared tensors counted once); with ``trainable_only``, those
+    the optimizer updates (requires_grad)."""
+    unique = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() for p in unique if p.requires_grad or not trainable_only)
 
 
 def complexity_of_model(
@@ -518,9 +561,10 @@ def complexity_of_model(
         for k, v in flops.by_layer_type.items()
     }
     params = count_params(model)
+    trainable = count_params(model, trainable_only=True)  # SGD skips frozen ones
     forward = sum(v["forward"] for v in by_type.values())
     backward = sum(v["backward"] for v in by_type.values())
-    optimizer = OPTIMIZER_FLOPS_PER_PARAM * params
+    optimizer = OPTIMIZER_FLOPS_PER_PARAM * trainable
     input_bytes = batch_size * in_channels * image_size * image_size * FP32_BYTES
 
     by_precision = {}
@@ -530,8 +574,12 @@ def complexity_of_model(
         largest = sc(saved.largest_bytes // 2 if half else saved.largest_bytes)
         by_precision[prec] = {
             "activation_bytes": act,
-            "min_dram_bytes_per_step": min_dram_bytes_per_step(params, act, input_bytes, prec),
-            "peak_memory_bytes": peak_memory_bytes(params, act, input_bytes, largest, prec),
+            "min_dram_bytes_per_step": min_dram_bytes_per_step(
+                params, act, input_bytes, prec, trainable
+            ),
+            "peak_memory_bytes": peak_memory_bytes(
+                params, act, input_bytes, largest, prec, trainable
+            ),
             "weight_copy_bytes": HALF_BYTES * params if prec in ("amp", "bf16") else 0,
         }
     fp32 = by_precision["fp32"]
@@ -540,7 +588,7 @@ def complexity_of_model(
     traffic = traffic_of_model(model, x, batch_size)
     for prec in PRECISIONS:
         by_precision[prec]["traffic_bytes_no_cache"] = tr.step_traffic_bytes(
-            traffic, params, llc_bytes=None, precision=prec
+            traffic, params, llc_bytes=None, precision=prec, trainable=trainable
         )
     return {
         "schema_version": SCHEMA_VERSION,
@@ -551,10 +599,11 @@ def complexity_of_model(
         "image_size": image_size,
         "in_channels": in_channels,
         "params": params,
+        "trainable_params": trainable,
         "bytes": {
             "params": FP32_BYTES * params,
-            "grads": FP32_BYTES * params,
-            "optimizer_state": FP32_BYTES * params,
+            "grads": FP32_BYTES * trainable,
+            "optimizer_state": FP32_BYTES * trainable,
             "activations": fp32["activation_bytes"],
             "input": input_bytes,
             "workspace": 2 * largest_fp32 + WORKSPACE_FIXED_BYTES,

@@ -35,7 +35,8 @@ from dnnroofline.errors import InputError
 
 #: param: a weight (its gradient rows are ``param_grad``); act: a float activation;
 #: act_grad: an activation's gradient; input: the fp32 image batch; other: integer or
-#: bool tensors (max-pool indices, masks) and buffers (batch-norm running stats).
+#: bool tensors (max-pool indices, masks), buffers (batch-norm running stats) and
+#: frozen weights (read, but no gradient written).
 KINDS = ("param", "param_grad", "act", "act_grad", "input", "other")
 HALF_PRECISIONS = ("amp", "bf16")
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
@@ -106,23 +107,30 @@ def layer_bytes(
     return int(total)
 
 
-def step_extra_bytes(params: int, precision: str = "fp32") -> int:
-    """Optimizer (20P), 2-byte weight copy (6P, amp/bf16) and GradScaler unscale (8P, amp)."""
-    extra = 20 * params
+def step_extra_bytes(params: int, precision: str = "fp32", trainable: int | None = None) -> int:
+    """Optimizer (20T), 2-byte weight copy (6P, amp/bf16) and GradScaler unscale (8T,
+    amp): ``P`` every parameter, ``T`` those that train (default P)."""
+    t = params if trainable is None else trainable
+    extra = 20 * t
     if precision in HALF_PRECISIONS:
         extra += 6 * params
     if precision == "amp":
-        extra += 8 * params
+        extra += 8 * t
     return extra
 
 
 def step_traffic_bytes(
-    traffic: Mapping, params: int, *, llc_bytes: int | None, precision: str = "fp32"
+    traffic: Mapping,
+    params: int,
+    *,
+    llc_bytes: int | None,
+    precision: str = "fp32",
+    trainable: int | None = None,
 ) -> int:
     """Upper traffic estimate of one training step from a complexity ``traffic`` block."""
     table = check_table(traffic.get("table"), "complexity traffic.table")
     return layer_bytes(table, llc_bytes=llc_bytes, precision=precision) + step_extra_bytes(
-        params, precision
+        params, precision, trainable
     )
 
 
