@@ -248,6 +248,12 @@ def test_cli_unknown_arch_suggests_close_names(tmp_path):
         (["--batch-size", "0"], "--batch-size 0"),
         (["--batch-size", "-3"], "--batch-size -3"),
         (["--batch-size", "2", "--iters", "0"], "--iters 0"),
+        (["--batch-size", "2", "--warmup-iters", "0"], "--warmup-iters 0: the first step"),
+        (
+            ["--batch-size", "2", "--warmup-iters", "1", "--compile", "reduce-overhead"],
+            "--warmup-iters 1: compile mode 'reduce-overhead' compiles on the first step and "
+            "records its CUDA graphs on the second",
+        ),
         (["--batch-size", "2", "--data", "/no/such/dir"], "--data '/no/such/dir'"),
         (["--batch-size", "2", "--precision", "fp8"], "--precision 'fp8'"),
         (["--batch-size", "2", "--backend", "tpu"], "--backend 'tpu'"),

@@ -159,7 +159,8 @@ def test_envs_differing_only_in_options_are_both_measured():
     "options, overrides, expected",
     [
         ({"compile": "fast"}, {}, "envs.opt.compile: 'fast' is not a compile mode"),
-        ({"compile": "default"}, {"warmup_iters": 0}, "envs.opt.compile: 'default' with"),
+        ({}, {"warmup_iters": 0}, "study.warmup_iters: 0 for env 'eager': the first step"),
+        ({"compile": "max-autotune"}, {"warmup_iters": 1}, "records its CUDA graphs"),
         ({"cudnn_benchmark": True}, {}, "envs.opt.cudnn_benchmark: true on device cpu"),
     ],
 )

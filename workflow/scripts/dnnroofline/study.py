@@ -36,6 +36,9 @@ UNSUPPORTED_REASON = {
 }
 # torch.compile modes an env may ask for (``compile: false`` runs eagerly).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+# Modes that record CUDA graphs: on CUDA the first call compiles and runs, the second
+# records the graphs, and only the third replays them.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # Folders of results/ that hold no env: an env of that name would share them.
 RESERVED_ENV_NAMES = ("complexity", "logs", "plots", "report_sections")
 
@@ -55,6 +58,24 @@ class Run:
     @property
     def run_id(self) -> str:
         return f"{self.config_key}_run{self.run}"
+
+
+def warmup_shortfall(warmup_iters: int, compile_mode: str | None) -> str | None:
+    """Why ``warmup_iters`` untimed steps are too few (None when they are enough): the
+    first step pays for cuDNN autotuning, allocator growth, lazy initialisation and
+    compilation, and a CUDA-graph compile mode records its graphs on the second."""
+    if compile_mode in CUDA_GRAPH_MODES and warmup_iters < 2:
+        return (
+            f"compile mode {compile_mode!r} compiles on the first step and records its CUDA "
+            "graphs on the second, which would be timed; use 2 or more"
+        )
+    if warmup_iters < 1:
+        return (
+            "the first step (cuDNN autotuning, allocator growth, lazy initialisation"
+            + (", compilation" if compile_mode else "")
+            + ") would be timed; use 1 or more"
+        )
+    return None
 
 
 def detect_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
@@ -443,12 +464,10 @@ class Study:
                 f"config envs.{env}.compile: {mode!r} is not a compile mode "
                 f"(false, {', '.join(COMPILE_MODES)})"
             )
-        if self.compile_mode(env) and int(self.study.get("warmup_iters", 3)) < 1:
-            raise InputError(
-                f"config envs.{env}.compile: {self.compile_mode(env)!r} with "
-                "study.warmup_iters 0: compilation would land in the timed steps; "
-                "set study.warmup_iters >= 1"
-            )
+        warmup = int(self.study.get("warmup_iters", 3))
+        short = warmup_shortfall(warmup, self.compile_mode(env))
+        if short:
+            raise InputError(f"config study.warmup_iters: {warmup} for env {env!r}: {short}")
         if self.cudnn_benchmark(env) and device != "cuda":
             raise InputError(
                 f"config envs.{env}.cudnn_benchmark: true on device {device}: cuDNN "

@@ -21,7 +21,12 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.models import model_kwargs_arg
 from dnnroofline.nvml_sampler import NvmlSampler
-from dnnroofline.study import COMPILE_MODES, SUPPORTED_PRECISIONS, UNSUPPORTED_REASON
+from dnnroofline.study import (
+    COMPILE_MODES,
+    SUPPORTED_PRECISIONS,
+    UNSUPPORTED_REASON,
+    warmup_shortfall,
+)
 
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "mps")
@@ -386,7 +391,6 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     for flag, value, minimum in (
         ("--batch-size", cfg.batch_size, 1),
         ("--image-size", cfg.image_size, 1),
-        ("--warmup-iters", cfg.warmup_iters, 0),
         ("--iters", cfg.iters, 1),
         ("--workers", cfg.workers, 0),
         ("--num-classes", cfg.num_classes, 1),
@@ -406,11 +410,9 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
         raise InputError(
             f"--compile {cfg.compile!r}: unknown mode (choose from {', '.join(COMPILE_MODES)})"
         )
-    if cfg.compile and cfg.warmup_iters < 1:
-        raise InputError(
-            "--warmup-iters 0 with --compile: compilation would land in the timed steps; "
-            "use --warmup-iters >= 1"
-        )
+    short = warmup_shortfall(cfg.warmup_iters, cfg.compile or None)
+    if short:
+        raise InputError(f"--warmup-iters {cfg.warmup_iters}: {short}")
     if cfg.expect_threads is not None and cfg.expect_threads < 1:
         raise InputError(f"--expect-threads {cfg.expect_threads}: must be >= 1")
     if cfg.model_factory:
