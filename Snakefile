@@ -10,7 +10,7 @@ min_version("9.19")
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from dnnroofline.errors import InputError
-from dnnroofline.study import check_config_files, schema_error_message
+from dnnroofline.study import check_config_files, check_integers, schema_error_message
 
 
 configfile: "config/config.yaml"
@@ -20,6 +20,9 @@ configfile: "config/config.yaml"
 try:
     check_config_files(workflow.configfiles, yaml.compose)
     validate(config, "config/schema.yaml")
+    check_integers(
+        config, yaml.safe_load(Path(workflow.basedir, "config/schema.yaml").read_text())
+    )
 except InputError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
 except WorkflowError as err:

@@ -197,6 +197,11 @@ BAD_CONFIGS = {
     ),
     "zero_batch": (_bad(_set("study.batch_sizes", [2, 0])), ["study.batch_sizes[1]", "value 0"]),
     "zero_iters": (_bad(_set("study.iters", 0)), ["study.iters", "value 0", "minimum of 1"]),
+    "float_batch": (  # jsonschema alone takes 4.0 for an integer: run ids would say bs4.0
+        _bad(_set("study.batch_sizes", [2, 4.0])),
+        ["study.batch_sizes[1]", "value 4.0", "not of type 'integer'"],
+    ),
+    "float_iters": (_bad(_set("study.iters", 10.0)), ["study.iters", "value 10.0", "integer"]),
     "negative_runs": (_bad(_set("study.runs", -1)), ["study.runs", "value -1", "minimum of 1"]),
     "zero_threads": (_bad(_set("envs.local.threads", 0)), ["envs.local.threads", "value 0"]),
     "unknown_device": (

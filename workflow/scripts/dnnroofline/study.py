@@ -573,6 +573,27 @@ def check_config_files(paths: Iterable[str | os.PathLike], compose: Callable[[st
             )
 
 
+def check_integers(config: Any, schema: dict) -> None:
+    """Refuse a whole-number float (``8.0``) where the schema wants an integer.
+
+    jsonschema takes 8.0 for an integer (JSON Schema draft 6 on), and the value then
+    goes on as a float: a batch size of 8.0 names run ids ``bs8.0`` that no rule
+    matches, an ``iters: 10.0`` fails every run at its command line.
+    """
+    import jsonschema
+
+    base = jsonschema.validators.validator_for(schema)
+    strict = jsonschema.validators.extend(
+        base,
+        type_checker=base.TYPE_CHECKER.redefine(
+            "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool)
+        ),
+    )
+    error = jsonschema.exceptions.best_match(strict(schema).iter_errors(config))
+    if error is not None:
+        raise InputError(schema_error_message(error))
+
+
 def schema_error_message(error: object) -> str:
     """One line for a jsonschema ValidationError: the config key path, the bad value and
     what the schema wants, with close names for a misspelt key."""
