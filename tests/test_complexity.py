@@ -381,3 +381,9 @@ def test_cli_unknown_arch_suggests_close_names(tmp_path):
     assert "resnet5" in proc.stderr and "resnet50" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_model_kwargs_without_a_factory_are_refused():
+    # torchvision's mobilenet_v2 would be built at width 1.0 whatever the kwargs said
+    with pytest.raises(InputError, match=r'--model-kwargs \{"width_mult": 0.5\}: only for'):
+        cx.complexity("mobilenet_v2", 2, 32, kwargs={"width_mult": 0.5})

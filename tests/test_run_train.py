@@ -250,6 +250,10 @@ def test_cli_unknown_arch_suggests_close_names(tmp_path):
         (["--batch-size", "2", "--iters", "0"], "--iters 0"),
         (["--batch-size", "2", "--warmup-iters", "0"], "--warmup-iters 0: the first step"),
         (
+            ["--batch-size", "2", "--model-kwargs", '{"width_mult": 0.5}'],
+            '--model-kwargs {"width_mult": 0.5}: only for --model-factory',
+        ),
+        (
             ["--batch-size", "2", "--warmup-iters", "1", "--compile", "reduce-overhead"],
             "--warmup-iters 1: compile mode 'reduce-overhead' compiles on the first step and "
             "records its CUDA graphs on the second",

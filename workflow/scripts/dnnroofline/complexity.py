@@ -637,9 +637,10 @@ def complexity(
 ) -> dict:
     """The complexity contract of torchvision model ``arch`` (``weights=None``), or of the
     user's model built by ``factory`` (``module:callable``) under the name ``arch``."""
-    if factory:
-        from dnnroofline.models import build_custom
+    from dnnroofline.models import build_custom, refuse_kwargs_without_factory
 
+    refuse_kwargs_without_factory(arch, factory, kwargs)
+    if factory:
         model = build_custom(factory, kwargs, num_classes)
     else:
         model = build_model(arch, num_classes=num_classes)

@@ -43,6 +43,16 @@ def model_kwargs_arg(text: str) -> dict[str, Any]:
     return value
 
 
+def refuse_kwargs_without_factory(arch: str, factory: str | None, kwargs: Mapping | None) -> None:
+    """``--model-kwargs`` go to a ``--model-factory`` only: a torchvision model is built
+    with its defaults, and its record must not say otherwise."""
+    if kwargs and not factory:
+        raise InputError(
+            f"--model-kwargs {json.dumps(dict(kwargs))}: only for --model-factory; "
+            f"torchvision's {arch} is built with its defaults"
+        )
+
+
 def load_factory(factory: str, where: str = "--model-factory") -> Callable[..., Any]:
     """The callable named by ``module:callable``; InputError naming ``where`` otherwise."""
     module_name, sep, attr = factory.partition(":")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.models import model_kwargs_arg
+from dnnroofline.models import model_kwargs_arg, refuse_kwargs_without_factory
 from dnnroofline.nvml_sampler import NvmlSampler
 from dnnroofline.study import (
     COMPILE_MODES,
@@ -421,6 +421,7 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
         load_factory(cfg.model_factory)
     else:
         check_arch(cfg.arch)
+        refuse_kwargs_without_factory(cfg.arch, cfg.model_factory, cfg.model_kwargs)
     if cfg.precision not in PRECISIONS:
         raise InputError(
             f"--precision {cfg.precision!r}: unknown precision "
