@@ -181,6 +181,39 @@ def test_cli_image_folder_records_data_wait(tmp_path, image_folder, workers):
     assert all(w > 0 for w in rec["data_wait_s"]["all"])
 
 
+def test_the_data_loader_workers_cpu_time_is_in_the_record(tmp_path):
+    # Workers are processes of their own: RUSAGE_SELF misses them. Large JPEGs make
+    # their decoding outweigh the little this test does around the run.
+    import resource
+
+    from PIL import Image
+
+    root = tmp_path / "big"
+    (root / "train" / "a").mkdir(parents=True)
+    gen = torch.Generator().manual_seed(0)
+    for i in range(6):
+        pixels = torch.randint(0, 256, (1024, 1024, 3), dtype=torch.uint8, generator=gen)
+        Image.fromarray(pixels.numpy()).save(root / "train" / "a" / f"{i}.jpg")
+    cfg = train_config.TrainConfig(
+        arch="resnet18", batch_size=2, image_size=32, warmup_iters=1, iters=8,
+        backend="cpu", data=str(root), workers=2, num_classes=10,
+    )  # fmt: skip
+    resolved = train_config.validate(cfg, environ={"OMP_NUM_THREADS": "1"})
+
+    def cpu(who):
+        ru = resource.getrusage(who)
+        return ru.ru_utime + ru.ru_stime
+
+    self0, children0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    rec = train.run(resolved, progress=None)
+    self_cpu = cpu(resource.RUSAGE_SELF) - self0
+    workers_cpu = cpu(resource.RUSAGE_CHILDREN) - children0
+    assert rec["status"] == "ok", rec.get("message")
+    assert workers_cpu > 0.2  # the workers decoded (and have exited: the loader is gone)
+    # the run's own CPU time is at most this test's; the workers' comes on top
+    assert rec["user_s"] + rec["sys_s"] > self_cpu + workers_cpu / 2
+
+
 def test_cli_model_that_rejects_the_image_size_records_error(tmp_path):
     args = ["--arch", "inception_v3", "--batch-size", "2", "--image-size", "32", *SHORT]
     proc, rec = run_cli(tmp_path, *args, "--backend", "cpu")

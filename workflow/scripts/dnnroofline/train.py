@@ -610,6 +610,7 @@ def run(
     say = progress or (lambda _msg: None)
     record = new_record(resolved)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    ru0_children = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     say(
         f"{cfg.arch} {cfg.precision} bs{cfg.batch_size} img{cfg.image_size} on "
@@ -708,9 +709,12 @@ def run(
     if record.get("device_name") is None:
         record["device_name"] = cpu_model() if resolved.backend == "cpu" else resolved.device
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    # The data-loader workers were shut down with the loader above: their CPU time
+    # counts too, as it does in a data-parallel run's record.
+    ru1_children = resource.getrusage(resource.RUSAGE_CHILDREN)
     record["wall_s"] = time.monotonic() - t0
-    record["user_s"] = ru1.ru_utime - ru0.ru_utime
-    record["sys_s"] = ru1.ru_stime - ru0.ru_stime
+    record["user_s"] = ru1.ru_utime - ru0.ru_utime + ru1_children.ru_utime - ru0_children.ru_utime
+    record["sys_s"] = ru1.ru_stime - ru0.ru_stime + ru1_children.ru_stime - ru0_children.ru_stime
     record["max_rss_bytes"] = _rss_bytes(ru1)
     record["end_time"] = time.time()
     return record
