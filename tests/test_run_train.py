@@ -91,6 +91,7 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     assert rec["timer"] == "perf_counter"
     assert rec["numerics"]["autocast_dtype"] is None
     assert rec["numerics"]["cuda_matmul_allow_tf32"] is False
+    assert rec["numerics"]["seed"] == train.SEED
     assert rec["peak_device_memory_bytes"] is None
     assert rec["max_rss_bytes"] > 100e6  # a torch process; ru_maxrss KiB scaled to bytes
     assert rec["user_s"] > 0
@@ -179,6 +180,17 @@ def test_cli_image_folder_records_data_wait(tmp_path, image_folder, workers):
     # Decoding, cropping and collating 2 images takes far more than the clock reads.
     assert rec["data_wait_s"]["median"] > 5e-5
     assert all(w > 0 for w in rec["data_wait_s"]["all"])
+
+
+def test_every_run_starts_from_the_same_weights_and_batch():
+    cfg = train_config.TrainConfig(
+        arch="resnet18", batch_size=2, image_size=32, backend="cpu", num_classes=10
+    )
+    resolved = train_config.validate(cfg, environ={"OMP_NUM_THREADS": "1"})
+    first, second = train.build(resolved), train.build(resolved)
+    assert torch.equal(first.model.conv1.weight, second.model.conv1.weight)
+    for a, b in zip(first.next_batch(), second.next_batch(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_the_data_loader_workers_cpu_time_is_in_the_record(tmp_path):

@@ -72,6 +72,8 @@ from dnnroofline.train_config import (  # re-exported: see __all__
     with_scale_probe,
 )
 
+#: torch.manual_seed of every run (model init, synthetic batch, labels, data order).
+SEED = 0
 # ImageNet normalization, as the torchvision reference training uses.
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)
@@ -175,7 +177,11 @@ def build(resolved: Resolved) -> Setup:
     cfg = resolved.cfg
     device = torch.device(resolved.device)
     settings = resolved.settings
+    # The same weights, batch and labels in every run: with amp, how many optimizer
+    # steps GradScaler skips in the timed window depends on them.
+    torch.manual_seed(SEED)
     numerics = apply_precision(settings)
+    numerics["seed"] = SEED
     torch.backends.cudnn.benchmark = cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend)
     numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
