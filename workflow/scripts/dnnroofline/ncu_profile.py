@@ -257,12 +257,9 @@ PROVENANCE: dict[str, str] = {
 # --------------------------------------------------------------------------- query and filter
 
 
-def query_metrics_command(ncu_exe: str, chip: str | None = None) -> list[str]:
-    """``ncu --query-metrics`` for the installed GPU, or for ``chip`` (``gh100``) without one."""
-    cmd = [ncu_exe, "--query-metrics"]
-    if chip:
-        cmd += ["--chip", chip]
-    return cmd
+def query_metrics_command(ncu_exe: str) -> list[str]:
+    """``ncu --query-metrics``: the metrics of the installed GPU."""
+    return [ncu_exe, "--query-metrics"]
 
 
 _QUERY_NAME = re.compile(r"^([a-z0-9]+__[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_.]+)?(?:\s|$)")
