@@ -69,6 +69,9 @@ def test_quick_cli_writes_contract(quick_ceilings):
         assert any(n == f"perf counters unavailable: {c['perf']['reason']}" for n in c["notes"])
     assert c["llc_bytes"] is None or c["llc_bytes"] > 0
     assert c["start_time"] <= c["end_time"]
+    # other processes' CPU use while it measured (the test suite's other worker among them)
+    assert set(c["other_load"]) == {"other_processes_cpus", "steal_cpus", "wall_s"}
+    assert c["other_load"]["wall_s"] > 0
     for r in c["roofs"]:
         assert r["kind"] in ("compute", "memory")
         assert r["source"] in ("measured", "datasheet")

@@ -92,6 +92,9 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     assert rec["numerics"]["autocast_dtype"] is None
     assert rec["numerics"]["cuda_matmul_allow_tf32"] is False
     assert rec["numerics"]["seed"] == train.SEED
+    load = rec["timed_region"]["other_load"]  # other processes' CPUs while it was timed
+    assert set(load) == {"other_processes_cpus", "steal_cpus", "wall_s"}
+    assert load["other_processes_cpus"] >= 0 and load["wall_s"] > 0
     assert rec["peak_device_memory_bytes"] is None
     assert rec["max_rss_bytes"] > 100e6  # a torch process; ru_maxrss KiB scaled to bytes
     assert rec["user_s"] > 0

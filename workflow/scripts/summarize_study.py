@@ -11,6 +11,8 @@ be read.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--metrics", default="results/metrics.csv")
     ap.add_argument("--points", default="results/roofline_points.csv")
+    ap.add_argument("--results", default="results", help="where each env's ceilings.json is")
     args = ap.parse_args(argv)
     try:
         metrics = pd.read_csv(args.metrics, dtype=METRICS_DTYPES)
@@ -33,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         print(f"summarize_study: error: {exc} (run the study first)", file=sys.stderr)
         return 2
-    print(study_summary(metrics, points))
+    ceilings = {}
+    for env in sorted(set(points["env"].dropna())):
+        path = Path(args.results) / env / "ceilings.json"
+        with contextlib.suppress(OSError, ValueError):  # the table stands without it
+            ceilings[env] = json.loads(path.read_text())
+    print(study_summary(metrics, points, ceilings))
     return 0
 
 

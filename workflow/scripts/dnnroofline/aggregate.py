@@ -94,6 +94,7 @@ METRICS_COLUMNS = [
     "step_p95_s",
     "step_cv",
     "data_wait_median_s",
+    "contention_cpus",
     "wall_s",
     "user_s",
     "sys_s",
@@ -110,6 +111,7 @@ _RUN_PERF_COLUMNS = [
     "step_p95_s",
     "step_cv",
     "data_wait_median_s",
+    "contention_cpus",
 ]
 _METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
 _METRICS_INT_NULLABLE = [
@@ -282,6 +284,7 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         "data_wait_median_s": _num(
             _get(run, "data_wait_s", "median"), f"{where}: data_wait_s.median"
         ),
+        "contention_cpus": _contention_cpus(run, where),
     }
     for key in ["wall_s", "user_s", "sys_s", "max_rss_bytes", "peak_device_memory_bytes"]:
         row[key] = _num(run.get(key), f"{where}: {key}")
@@ -295,6 +298,15 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         for key in _RUN_PERF_COLUMNS:
             row[key] = math.nan
     return row
+
+
+def _contention_cpus(run: Mapping, where: str) -> float:
+    """CPUs other processes and the hypervisor took during the timed steps (NaN: not
+    recorded, as in runs from before it was)."""
+    key = ("timed_region", "other_load")
+    others = _num(_get(run, *key, "other_processes_cpus"), f"{where}: other_processes_cpus")
+    steal = _num(_get(run, *key, "steal_cpus"), f"{where}: steal_cpus")
+    return others + (0.0 if math.isnan(steal) else steal)
 
 
 def _nproc(value: object, where: str) -> int:

@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
+from dnnroofline import contention
 from dnnroofline.ceiling_kernels import measure_compute, measure_memory
 from dnnroofline.errors import InputError
 
@@ -44,8 +45,6 @@ PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
     "amp": ("amp", "fp16"),
     "bf16": ("bf16",),
 }
-#: Warn when other processes use more than this share of the CPUs as the ceilings start.
-BUSY_WARN_PERCENT = 25.0
 #: A measured roof this far above its datasheet roof is flagged (a wrong peak or a bug).
 ABOVE_DATASHEET_RTOL = 0.0
 
@@ -332,7 +331,7 @@ def build_ceilings(
     if unknown:
         raise InputError(f"unknown precision(s) {unknown}: expected some of {list(PRECISIONS)}")
     dev = resolve_device(device)
-    busy_before = _cpu_busy_percent()
+    cpu0 = contention.snapshot()
     omp = os.environ.get("OMP_NUM_THREADS")
     omp_threads = parse_omp_threads(omp)
     if omp_threads is not None:
@@ -387,12 +386,10 @@ def build_ceilings(
             notes.append(f"perf counters unavailable: {perf_probe['reason']}")
     if quick:
         notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
-    if busy_before is not None and busy_before > BUSY_WARN_PERCENT:
-        notes.append(
-            f"the machine was busy when the ceilings started ({busy_before:.0f}% of its "
-            f"{cpu['cores_logical']} logical CPUs in use by other processes): measured roofs "
-            "may be low; re-run them alone"
-        )
+    other_load = contention.other_load(cpu0, contention.snapshot())
+    taken = contention.contended_cpus(other_load)
+    if taken is not None:
+        notes.append(contended_note(taken, cpu["cores_logical"]))
     return {
         "schema_version": 1,
         "env": env,
@@ -407,7 +404,7 @@ def build_ceilings(
         "perf": perf_probe,
         "skipped": skipped,
         "notes": notes,
-        "cpu_busy_percent_before": busy_before,
+        "other_load": other_load,
         "torch": torch.__version__,
         "date": _dt.datetime.fromtimestamp(start_time).astimezone().isoformat(timespec="seconds"),
         "start_time": start_time,
@@ -425,11 +422,11 @@ def _ram_bytes() -> int | None:
         return None
 
 
-def _cpu_busy_percent(interval: float = 0.25) -> float | None:
-    """System-wide CPU use over ``interval`` seconds, taken while this job is idle."""
-    try:
-        import psutil
-
-        return float(psutil.cpu_percent(interval=interval))
-    except Exception:
-        return None
+def contended_note(taken_cpus: float, logical_cpus: int | None) -> str:
+    """The ceilings' note when other processes (or the hypervisor) took CPUs meanwhile."""
+    of = f" of its {logical_cpus} logical CPUs" if logical_cpus else ""
+    return (
+        f"the machine was busy while the ceilings ran: other processes kept {taken_cpus:.2f}"
+        f"{of} busy on average: measured roofs may be low, and points above them; re-run "
+        "them alone (snakemake --forcerun ceilings)"
+    )

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dnnroofline import ddp
+from dnnroofline import contention, ddp
 from dnnroofline.ddp import dist_backend
 from dnnroofline.errors import InputError
 from dnnroofline.nvml_sampler import NvmlSampler
@@ -309,6 +309,7 @@ class LoopTimes:
     timed_wall_s: float  # host wall time of the timed region, final sync included
     timed_user_s: float
     timed_sys_s: float
+    other_load: dict | None = None  # other processes' CPU use meanwhile (contention.py)
 
 
 def _sync_fn(backend: str) -> Callable[[], None] | None:
@@ -362,6 +363,9 @@ def timed_loop(
     if before_timed is not None:
         before_timed()
 
+    # a rank's own processes are its launcher's tree: the other ranks are not "others"
+    root = os.getppid() if setup.resolved.cfg.nproc > 1 else None
+    cpu0 = contention.snapshot(root)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     if backend == "cuda":
         timer = "cuda_events"
@@ -417,6 +421,7 @@ def timed_loop(
         step_s = [stamps[i + 1] - stamps[i] for i in range(iters)]
         data_s = [ready_t[i] - stamps[i] for i in range(iters)]
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    other_load = contention.other_load(cpu0, contention.snapshot(root))
     if after_timed is not None:
         after_timed()
     compute_s = [s - d for s, d in zip(step_s, data_s, strict=True)]
@@ -430,6 +435,7 @@ def timed_loop(
         timed_wall_s=timed_wall_s,
         timed_user_s=ru1.ru_utime - ru0.ru_utime,
         timed_sys_s=ru1.ru_stime - ru0.ru_stime,
+        other_load=other_load,
     )
 
 
@@ -674,6 +680,7 @@ def run(
                 "user_s": times.timed_user_s,
                 "sys_s": times.timed_sys_s,
                 "steps_sum_s": sum(times.step_s),
+                "other_load": times.other_load,
             },
         )
         if resolved.backend == "cuda":

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline import contention
 from dnnroofline.report import data
 from dnnroofline.report.format import isnum
 
@@ -220,9 +221,13 @@ def batch_scaling(tp: pd.DataFrame, pts: pd.DataFrame) -> dict:
 
 
 def noisy(tp: pd.DataFrame) -> dict:
+    """The noisy configurations, each with the CPUs other processes took while it was
+    timed when that was enough to matter (``contended``; else None)."""
     rows = data.records(tp[tp["noisy"]]) if len(tp) else []
     for r in rows:
         r["label"] = data.label(r)
+        taken = {"other_processes_cpus": r.get("contention_cpus_max")}
+        r["contended"] = contention.contended_cpus(taken)
     return {"n": len(tp), "rows": rows}
 
 

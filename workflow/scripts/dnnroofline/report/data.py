@@ -299,6 +299,7 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
         "repeat_cv",
         "data_wait_share",
         "noisy",
+        "contention_cpus_max",
     ]
     if m.empty:
         return pd.DataFrame(columns=cols)
@@ -326,6 +327,7 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
                 repeat_cv,
                 share,
                 bool(noisy),
+                g["contention_cpus"].max(),  # NaN when no run recorded it
             ]
         )
     return pd.DataFrame(rows, columns=cols)

@@ -7,8 +7,11 @@ its roof without opening the HTML.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
+from dnnroofline import contention
 from dnnroofline.report import compare, data
 from dnnroofline.report.format import fmt_pct, isnum, sig
 
@@ -69,8 +72,11 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def study_summary(metrics: pd.DataFrame, points: pd.DataFrame) -> str:
-    """The at-a-glance table, then a line on the runs that failed."""
+def study_summary(
+    metrics: pd.DataFrame, points: pd.DataFrame, ceilings: Mapping[str, Mapping] | None = None
+) -> str:
+    """The at-a-glance table, then lines on a busy machine (``ceilings``: each env's
+    ceilings.json) and on the runs that failed."""
     rows = glance_rows(metrics, points)
     m = data.prepare_metrics(metrics)
     failed = data.failed_runs(m)
@@ -80,8 +86,30 @@ def study_summary(metrics: pd.DataFrame, points: pd.DataFrame) -> str:
             f"{NOISY.strip()}: a step-time CV or a spread of images/s over repeats above "
             f"{data.NOISY_CV:.0%}"
         )
+    lines += busy_machine_lines(data.throughput_table(m), ceilings or {})
     lines.append(
         f"{len(m)} timed runs: {len(m) - len(failed)} ok, {len(failed)} failed"
         + (" (the report's Failed runs table says why)" if len(failed) else "")
     )
     return "\n".join(lines)
+
+
+def busy_machine_lines(tp: pd.DataFrame, ceilings: Mapping[str, Mapping]) -> list[str]:
+    """What other processes took from the measurements, where it was enough to matter."""
+    lines = []
+    for env, ceil in sorted(ceilings.items()):
+        taken = contention.contended_cpus(ceil.get("other_load"))
+        if taken is not None:
+            lines.append(
+                f"{env}: the ceilings ran while other processes kept {taken:.2f} CPUs busy: "
+                "its roofs may be low (points above them); re-run them alone: "
+                "snakemake --forcerun ceilings"
+            )
+    busy = tp[tp["contention_cpus_max"] >= contention.CONTENDED_CPUS] if len(tp) else tp
+    if len(busy):
+        worst = float(busy["contention_cpus_max"].max())
+        lines.append(
+            f"{len(busy)} configuration(s) were timed while other processes kept up to "
+            f"{worst:.2f} CPUs busy: slower than on a quiet machine"
+        )
+    return lines

@@ -1,0 +1,99 @@
+"""Other processes' CPU use while measuring (dnnroofline.contention) and where it shows."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+from report_fixtures import make_metrics, make_points
+from test_aggregate import make_run
+
+from dnnroofline import aggregate, contention
+from dnnroofline.ceilings import contended_note
+from dnnroofline.contention import CpuSnapshot
+from dnnroofline.errors import InputError
+from dnnroofline.report import compare, data
+from dnnroofline.report.terminal import study_summary
+
+MARK = "dnnroofline-contention-test-spinner"
+SPIN = [
+    sys.executable,
+    "-c",
+    f"import time\nt = time.time()\nwhile time.time() - t < 30: pass  # {MARK}",
+]
+
+
+def test_other_load_is_the_busy_time_that_is_not_ours():
+    before = CpuSnapshot(monotonic_s=10.0, busy_s=100.0, steal_s=5.0, own_s=40.0)
+    after = CpuSnapshot(monotonic_s=12.0, busy_s=106.0, steal_s=5.5, own_s=43.0)
+    # 6 s busy over 2 s of wall, 3 of them ours: others kept 1.5 CPUs busy
+    assert contention.other_load(before, after) == {
+        "other_processes_cpus": 1.5,
+        "steal_cpus": 0.25,
+        "wall_s": 2.0,
+    }
+    assert contention.other_load(None, after) is None
+    assert contention.other_load(after, after) is None  # no time passed
+    assert contention.contended_cpus({"other_processes_cpus": 0.2, "steal_cpus": 0.1}) == (
+        pytest.approx(0.3)
+    )
+    assert contention.contended_cpus({"other_processes_cpus": 0.2, "steal_cpus": 0.0}) is None
+    assert contention.contended_cpus(None) is None
+
+
+def test_a_busy_process_beside_the_measurement_is_seen_and_our_children_are_ours():
+    spinner = subprocess.Popen(SPIN)  # our own child: its CPU time is ours
+    try:
+        time.sleep(0.3)
+        before = contention.snapshot()
+        time.sleep(1.0)
+        after = contention.snapshot()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert after.own_s - before.own_s >= 0.6  # the child spun for most of the second
+    # started by another process, the spinner is someone else's (a grandchild of ours
+    # would still be ours: run it detached through a shell that exits at once)
+    subprocess.run(["sh", "-c", f"{shlex.join(SPIN)} >/dev/null 2>&1 &"], check=True)
+    time.sleep(0.3)
+    try:
+        before = contention.snapshot()
+        time.sleep(1.0)
+        load = contention.other_load(before, contention.snapshot())
+    finally:
+        subprocess.run(["pkill", "-f", MARK], check=False)
+    assert load["other_processes_cpus"] >= 0.6
+    assert contention.contended_cpus(load) is not None
+
+
+def test_a_run_records_the_contention_of_its_timed_steps_in_metrics_csv():
+    run = make_run("local", "resnet18", "fp32", 8, 1)
+    run["timed_region"] = {"other_load": {"other_processes_cpus": 0.75, "steal_cpus": 0.25}}
+    assert aggregate.run_row(run)["contention_cpus"] == 1.0
+    unrecorded = aggregate.run_row(make_run("local", "resnet18", "fp32", 8, 2))
+    assert math.isnan(unrecorded["contention_cpus"])
+    run["timed_region"]["other_load"]["other_processes_cpus"] = "lots"
+    with pytest.raises(InputError, match="other_processes_cpus must be a number"):
+        aggregate.run_row(run, "results/local/runs/x.json")
+
+
+def test_report_and_terminal_say_when_the_machine_was_busy():
+    metrics = make_metrics()
+    noisy_run = (metrics["model"] == "mobilenet_v2") & (metrics["batch_size"] == 8)
+    metrics.loc[noisy_run, "contention_cpus"] = [1.2, 0.1, 0.0]
+    rows = compare.noisy(data.throughput_table(data.prepare_metrics(metrics)))["rows"]
+    assert [r["contended"] for r in rows] == [1.2]
+    ceilings = {"local": {"other_load": {"other_processes_cpus": 0.9, "steal_cpus": 0.0}}}
+    text = study_summary(metrics, make_points(), ceilings)
+    assert (
+        "local: the ceilings ran while other processes kept 0.90 CPUs busy: its roofs may be "
+        "low (points above them); re-run them alone: snakemake --forcerun ceilings"
+    ) in text
+    assert "1 configuration(s) were timed while other processes kept up to 1.20 CPUs busy" in text
+    quiet = study_summary(make_metrics(), make_points(), {"local": {"other_load": None}})
+    assert "busy" not in quiet
+    assert "other processes kept 0.90 of its 2 logical CPUs busy" in contended_note(0.9, 2)
