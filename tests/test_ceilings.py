@@ -104,7 +104,7 @@ def test_quick_cli_measures_fp32_and_memory(quick_ceilings):
     assert fp32[0]["method"].startswith("best of 4 microbenchmarks (2 GEMMs")
     assert "1 thread(s)" in fp32[0]["method"]
     mem = [r for r in c["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
-    assert {r["benchmark"] for r in mem} == {"triad", "copy"}
+    assert {r["benchmark"] for r in mem} == {"triad", "scale", "copy"}
     assert all(r["statistic"] == "best" and r["value"] >= r["median"] for r in mem)
     triad = next(r for r in mem if r["benchmark"] == "triad")
     assert "3 arrays" in triad["method"]
@@ -350,7 +350,9 @@ def test_cuda_quick_ceilings_below_datasheet():
         if r.get("percent_of_datasheet") is not None:
             assert r["above_datasheet"] is False, r
     mem = [r for r in c["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
-    assert {r["benchmark"] for r in mem} == {"triad", "d2d_copy"}
+    assert {r["benchmark"] for r in mem} == {"triad", "scale", "d2d_copy"}
+    for r in mem:  # every memory roof, not one per precision key
+        assert r.get("above_datasheet") in (None, False), r
 
 
 @pytest.mark.cuda
@@ -376,3 +378,49 @@ def test_annotate_explains_cpu_peak_with_implied_clock():
     (warning,) = cl.annotate_vs_datasheet(roofs)
     assert roofs[0]["implied_clock_hz"] == pytest.approx(180e9 / 64)
     assert "2.81 GHz" in warning and "2.50 GHz used (x)" in warning
+
+
+def test_a_gpu_tries_several_gemm_shapes_and_cudnn_layouts():
+    # cuBLAS peaks at different shapes per precision (an H100's fp16 near 4096^3, bf16
+    # near 8192^3): one shape under-reads the roof
+    cands = ck.compute_candidates("cuda", "bf16", quick=False, probe_flops=None)
+    gemms = [kw for kind, kw in cands if kind == "gemm"]
+    assert len(gemms) >= 3 and {"n": 4096} in gemms and any(kw.get("k", 0) >= 16384 for kw in gemms)
+    convs = [kw for kind, kw in cands if kind == "conv"]
+    assert any(kw.get("channels_last") for kw in convs) and any(kw.get("backward") for kw in convs)
+
+
+def test_a_repeat_lasts_at_least_min_repeat_s_however_short_one_call_is():
+    calls = []
+
+    def one_ms():
+        calls.append(time.perf_counter())
+        time.sleep(0.001)
+
+    times, inner = ck._time_repeats(
+        "cpu", one_ms, warmup=1, reps=3, min_reps=3, min_repeat_s=0.02, min_warmup_s=0.05
+    )
+    assert 8 <= inner <= 25  # about 20 calls of ~1 ms make a 20 ms repeat
+    assert len(times) == 3 and all(0.0009 < t < 0.005 for t in times)  # seconds per call
+    warm = len(calls) - 1 - 3 * inner  # warm-up, one call to size the repeats, 3 repeats
+    assert calls[warm - 1] - calls[0] >= 0.04  # the warm-up ran for min_warmup_s
+
+
+def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_gap(
+    monkeypatch,
+):
+    seen = {}
+
+    def fake_stream(device, array_bytes, **kw):
+        seen.update(kw, array_bytes=array_bytes)
+        one = {"bytes": 1, "times_s": {"min": 1.0, "median": 1.0}, "bw_best": 1.0,
+               "bw_median": 1.0, "reps": 3, "inner": 10}  # fmt: skip
+        return {"dtype": "float64", "elements": 1, "array_bytes": array_bytes,
+                "triad": one, "scale": one, "copy": one}  # fmt: skip
+
+    monkeypatch.setattr(ck, "bench_stream", fake_stream)
+    roofs = ck.measure_memory("cuda", free_device_bytes=80 * 2**30)
+    assert seen["min_repeat_s"] >= 2e-3 and seen["min_warmup_s"] > 0
+    assert seen["array_bytes"] >= 2**30
+    assert [r["benchmark"] for r in roofs] == ["triad", "scale", "d2d_copy"]
+    assert "repeats of 10 call(s)" in roofs[0]["method"]

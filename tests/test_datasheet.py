@@ -43,6 +43,9 @@ UNKNOWN = [
     "NVIDIA L40",
     "AMD Instinct MI300X",
     "NVIDIA GeForce RTX 3090",
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb",  # a slice: a fraction of the SMs and bandwidth
+    "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+    "NVIDIA H100",  # which H100? SXM, PCIe and NVL peaks differ
 ]
 
 

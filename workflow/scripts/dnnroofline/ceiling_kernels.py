@@ -9,9 +9,16 @@ bytes/s; :func:`measure_compute` and :func:`measure_memory` pick the roof among 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 MiB = 1024**2
+#: Calls per timed repeat at most (a repeat is sized from one call's time).
+MAX_INNER = 1000
+#: On a GPU: warm up at least this long (its clocks ramp up under load), and time no
+#: repeat shorter than this (a call timed alone carries the host's launch gap).
+GPU_MIN_WARMUP_S = 0.5
+GPU_MIN_REPEAT_S = 0.005
 
 
 def gemm_flop(m: int, n: int, k: int) -> int:
@@ -51,6 +58,22 @@ def _matmul_mode(device: str, precision: str):
         torch.set_float32_matmul_precision(old_prec)
 
 
+@contextlib.contextmanager
+def _cudnn_benchmark(device: str):
+    """cuDNN autotuning on (CUDA), as the study's runs have it; restored after."""
+    import torch
+
+    if device != "cuda":
+        yield
+        return
+    old = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old
+
+
 def _dtype(precision: str):
     import torch
 
@@ -71,17 +94,35 @@ def _time_repeats(
     min_reps: int,
     inner: int = 1,
     time_cap_s: float = 5.0,
-) -> list[float]:
-    """Seconds per call of ``fn`` over timed repeats (``inner`` calls each) after warm-up.
+    min_warmup_s: float = 0.0,
+    min_repeat_s: float = 0.0,
+) -> tuple[list[float], int]:
+    """Seconds per call of ``fn`` over timed repeats after warm-up, and the calls per
+    repeat.
 
-    CUDA: CUDA events; elsewhere ``time.perf_counter`` around a device sync. Stops
-    after ``reps`` repeats, or after ``min_reps`` once ``time_cap_s`` is spent.
+    Warm-up: ``warmup`` calls, then more until ``min_warmup_s`` has passed (a GPU's
+    clocks ramp up under load). A repeat runs ``inner`` calls, or as many as make it
+    last ``min_repeat_s`` (from one call timed after the warm-up): a GPU call of a
+    millisecond timed alone carries the host's launch gap, as the stream is empty when
+    the start event is recorded. CUDA: CUDA events; elsewhere ``time.perf_counter``
+    around a device sync. Stops after ``reps`` repeats, or after ``min_reps`` once
+    ``time_cap_s`` is spent.
     """
     import torch
 
+    t_warm = time.monotonic()
     for _ in range(max(1, warmup)):
         fn()
     _sync(device)
+    while time.monotonic() - t_warm < min_warmup_s:
+        fn()
+        _sync(device)
+    if min_repeat_s > 0:
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        one = max(time.perf_counter() - t0, 1e-7)
+        inner = max(inner, min(MAX_INNER, math.ceil(min_repeat_s / one)))
     times: list[float] = []
     t_start = time.monotonic()
     while len(times) < reps:
@@ -103,7 +144,7 @@ def _time_repeats(
             times.append((time.perf_counter() - t0) / inner)
         if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
             break
-    return times
+    return times, inner
 
 
 def bench_gemm(
@@ -119,6 +160,8 @@ def bench_gemm(
     inner: int = 1,
     n_sets: int = 3,
     time_cap_s: float = 5.0,
+    min_warmup_s: float = 0.0,
+    min_repeat_s: float = 0.0,
 ) -> dict:
     """Time ``torch.matmul`` of (m x k) @ (k x n) in ``precision`` (square n^3 by default).
 
@@ -150,7 +193,7 @@ def bench_gemm(
         it += 1
 
     with _matmul_mode(device, precision), torch.inference_mode():
-        times = _time_repeats(
+        times, inner = _time_repeats(
             device,
             one,
             warmup=warmup,
@@ -158,6 +201,8 @@ def bench_gemm(
             min_reps=min_reps,
             inner=inner,
             time_cap_s=time_cap_s,
+            min_warmup_s=min_warmup_s,
+            min_repeat_s=min_repeat_s,
         )
         if not torch.isfinite(out.float()).all():
             raise RuntimeError(f"GEMM {precision} {m}x{n}x{k} produced non-finite values")
@@ -204,11 +249,14 @@ def bench_conv(
     reps: int = 10,
     min_reps: int = 3,
     time_cap_s: float = 5.0,
+    min_warmup_s: float = 0.0,
+    min_repeat_s: float = 0.0,
 ) -> dict:
     """Time ``torch.nn.functional.conv2d`` (oneDNN on CPU, cuDNN on CUDA), stride 1, same pad.
 
     ``backward``: forward + input gradient + weight gradient (3x the forward's nominal
-    FLOPs, as the study counts a convolution's training step), else forward only.
+    FLOPs, as the study counts a convolution's training step), else forward only. On
+    CUDA with cuDNN's autotuning on, as the study's runs have it (it tunes in the warm-up).
     """
     import torch
     import torch.nn.functional as F
@@ -241,9 +289,16 @@ def bench_conv(
             result["y"] = F.conv2d(x, w, padding=pad)
 
     ctx = contextlib.nullcontext() if backward else torch.inference_mode()
-    with _matmul_mode(device, precision), ctx:
-        times = _time_repeats(
-            device, one, warmup=warmup, reps=reps, min_reps=min_reps, time_cap_s=time_cap_s
+    with _matmul_mode(device, precision), _cudnn_benchmark(device), ctx:
+        times, inner = _time_repeats(
+            device,
+            one,
+            warmup=warmup,
+            reps=reps,
+            min_reps=min_reps,
+            time_cap_s=time_cap_s,
+            min_warmup_s=min_warmup_s,
+            min_repeat_s=min_repeat_s,
         )
         if not torch.isfinite(result["y"].float()).all():
             raise RuntimeError(f"conv2d {precision} produced non-finite values")
@@ -260,6 +315,7 @@ def bench_conv(
         "flops_best": flop / stats["min"],
         "reps": len(times),
         "warmup": max(1, warmup),
+        "inner": inner,
     }
 
 
@@ -327,9 +383,19 @@ def compute_candidates(device: str, precision: str, *, quick: bool, probe_flops:
             ),
             ("conv", {"batch": 16, "c_in": 256, "hw": 28, "c_out": 512, "kernel": 1}),
         ]
-    big = 8192 if device == "cuda" else 4096
+    if device == "cuda":  # cuBLAS peaks at different shapes per precision and GPU
+        conv = {"batch": 64, "c_in": 256, "hw": 28, "c_out": 256, "kernel": 3}
+        return [
+            ("gemm", {"n": 4096}),
+            ("gemm", {"n": 8192}),
+            ("gemm", {"m": 8192, "n": 8192, "k": 16384}),
+            ("gemm", {"n": 16384}),
+            ("conv", conv),
+            ("conv", {**conv, "channels_last": True}),
+            ("conv", {**conv, "channels_last": True, "backward": True}),
+        ]
     return [
-        ("gemm", {"n": big}),
+        ("gemm", {"n": 4096}),
         ("conv", {"batch": 64, "c_in": 256, "hw": 28, "c_out": 256, "kernel": 3}),
     ]
 
@@ -362,8 +428,15 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
         timing = {"warmup": 1, "reps": 3, "min_reps": 2, "time_cap_s": 0.3}
     elif device == "cpu":
         timing = {"warmup": 1, "reps": 8, "min_reps": 3, "time_cap_s": 1.5}
-    else:
-        timing = {"warmup": 3, "reps": 10, "min_reps": 3, "time_cap_s": 5.0}
+    else:  # a GPU: clocks ramped up first, and no repeat shorter than GPU_MIN_REPEAT_S
+        timing = {
+            "warmup": 3,
+            "reps": 10,
+            "min_reps": 3,
+            "time_cap_s": 5.0,
+            "min_warmup_s": GPU_MIN_WARMUP_S,
+            "min_repeat_s": GPU_MIN_REPEAT_S,
+        }
     timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
     mode = (
         {"fp32": ", TF32 off", "tf32": ", TF32 on"}.get(precision, "") if device == "cuda" else ""
@@ -375,8 +448,7 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
     ):
         try:
             if kind == "gemm":
-                extra = {"inner": 5} if device == "cuda" else {}
-                res = bench_gemm(device, precision, **kw, **timing, **extra)
+                res = bench_gemm(device, precision, **kw, **timing)
                 how = "FLOPs = 2*M*N*K, rotating input sets"
             else:
                 res = bench_conv(device, precision, **kw, **timing)
@@ -450,8 +522,12 @@ def bench_stream(
     reps: int = 10,
     min_reps: int = 3,
     time_cap_s: float = 4.0,
+    min_warmup_s: float = 0.0,
+    min_repeat_s: float = 0.0,
 ) -> dict:
-    """STREAM triad (a = b + s*c) and copy (a = b) over float64 arrays; bytes/s per repeat."""
+    """STREAM triad (a = b + s*c), scale (a = s*b) and copy (a = b) over float64 arrays;
+    bytes/s per call. On CUDA the copy is the driver's device-to-device copy and scale
+    a kernel on the SMs: one can outrun the other."""
     import torch
 
     from dnnroofline.stats import summarize
@@ -465,32 +541,22 @@ def bench_stream(
     s = 3.0
     kernels = {
         "triad": (lambda: torch.add(b, c, alpha=s, out=a), 3 * n * item),
+        "scale": (lambda: torch.mul(b, s, out=a), 2 * n * item),
         "copy": (lambda: a.copy_(b), 2 * n * item),
     }
     out = {}
     with torch.inference_mode():
         for name, (fn, nbytes) in kernels.items():
-            fn()  # warm-up
-            _sync(device)
-            times: list[float] = []
-            t_start = time.monotonic()
-            while len(times) < reps:
-                if device == "cuda":
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn()
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end) / 1e3)
-                else:
-                    _sync(device)
-                    t0 = time.perf_counter()
-                    fn()
-                    _sync(device)
-                    times.append(time.perf_counter() - t0)
-                if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
-                    break
+            times, inner = _time_repeats(
+                device,
+                fn,
+                warmup=1,
+                reps=reps,
+                min_reps=min_reps,
+                time_cap_s=time_cap_s,
+                min_warmup_s=min_warmup_s,
+                min_repeat_s=min_repeat_s,
+            )
             stats = summarize(times)
             out[name] = {
                 "bytes": nbytes,
@@ -498,6 +564,7 @@ def bench_stream(
                 "bw_best": nbytes / stats["min"],
                 "bw_median": nbytes / stats["median"],
                 "reps": len(times),
+                "inner": inner,
             }
         # The triad's last value must be b + s*c = 1 + 3*2 (after the copy a == b == 1).
         torch.add(b, c, alpha=s, out=a)
@@ -520,7 +587,8 @@ def measure_memory(
     free_device_bytes: int | None = None,
     threads: int = 1,
 ) -> list[dict]:
-    """Measured memory roofs: STREAM triad and copy (CPU, MPS), device copy and triad (CUDA)."""
+    """Measured memory roofs: STREAM triad, scale and copy (CPU, MPS; on CUDA the copy is
+    the driver's device-to-device copy)."""
     if device == "cpu":
         array_bytes, why = stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
     elif device == "cuda":
@@ -531,17 +599,23 @@ def measure_memory(
     else:
         array_bytes = 16 * MiB if quick else 512 * MiB
         why = "QUICK mode" if quick else "512 MiB arrays"
+    gpu = device == "cuda" and not quick
     res = bench_stream(
         device,
         array_bytes,
         reps=3 if quick else 20,
         min_reps=2 if quick else 3,
         time_cap_s=1.0 if quick else 3.0,
+        min_warmup_s=GPU_MIN_WARMUP_S if gpu else 0.0,
+        min_repeat_s=GPU_MIN_REPEAT_S if gpu else 0.0,
     )
     timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
     mib = res["array_bytes"] / MiB
     size = f"{res['elements']:,} {res['dtype']} elements ({mib:.0f} MiB) per array"
-    common = f"{size}: {why}; best of {{reps}} repeats after a warm-up (STREAM convention), {timer}"
+    common = (
+        f"{size}: {why}; best of {{reps}} repeats of {{inner}} call(s) after a warm-up "
+        f"(STREAM convention), {timer}"
+    )
     if device == "cpu":
         common += f"; {threads} thread(s)"
     roofs = []
@@ -550,6 +624,12 @@ def measure_memory(
             "triad",
             "STREAM triad a = b + s*c via torch.add(b, c, alpha=s, out=a); bytes = 3 arrays "
             "(read b, read c, write a; write-allocate not counted)",
+        ),
+        (
+            "scale",
+            "STREAM scale a = s*b via torch.mul(b, s, out=a)"
+            + (" (a kernel on the SMs)" if device == "cuda" else "")
+            + "; bytes = read + write (2 arrays)",
         ),
         (
             "copy",
@@ -564,7 +644,7 @@ def measure_memory(
                 "precision": None,
                 "source": "measured",
                 "value": r["bw_best"],
-                "method": f"{desc}; {common.format(reps=r['reps'])}",
+                "method": f"{desc}; {common.format(reps=r['reps'], inner=r['inner'])}",
                 "benchmark": "d2d_copy" if (device == "cuda" and name == "copy") else name,
                 "statistic": "best",
                 "median": r["bw_median"],

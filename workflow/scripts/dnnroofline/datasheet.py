@@ -103,7 +103,7 @@ GPU_PEAKS: tuple[GpuPeaks, ...] = (
     # TF32 495, BF16/FP16 989 (the Hopper whitepaper's 494.7 / 989.4, rounded as quoted).
     GpuPeaks("h100_sxm5", "NVIDIA H100 SXM5 80GB", 34 * T, 67 * T, 495 * T, 989 * T,
              989 * T, 3350 * GBS, _H100_DS,
-             (r"\bH100\b.*\bSXM", r"\bH100 80GB HBM3\b", r"^NVIDIA H100$")),
+             (r"\bH100\b.*\bSXM", r"\bH100 80GB HBM3\b")),
     # Datasheet: FP64 26, FP32 51, TF32 756*, BF16/FP16 1,513* (dense 378 / 756); 2.0 TB/s.
     GpuPeaks("h100_pcie", "NVIDIA H100 PCIe 80GB", 26 * T, 51 * T, 378 * T, 756 * T,
              756 * T, 2000 * GBS, _H100_DS, (r"\bH100\b.*\bPCIe\b",)),
@@ -181,11 +181,14 @@ def lookup_gpu(name: str | None) -> GpuPeaks | None:
     Examples: "NVIDIA H100 80GB HBM3" -> H100 SXM5, "NVIDIA A100-SXM4-40GB",
     "Tesla T4", "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 4090". Variants whose
     peaks differ (RTX 4080 SUPER, laptop parts, A10G, V100S) are *not* matched:
-    an unknown GPU gets no datasheet roof rather than a wrong one.
+    an unknown GPU gets no datasheet roof rather than a wrong one. Nor does a MIG slice
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"): it has a fraction of the SMs and bandwidth.
     """
     if not name:
         return None
     norm = re.sub(r"[\s_]+", " ", str(name)).strip()
+    if re.search(r"\bMIG\b", norm):
+        return None
     for gpu in GPU_PEAKS:
         if any(re.search(p, norm, flags=re.IGNORECASE) for p in gpu.patterns):
             return gpu
