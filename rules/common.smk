@@ -323,7 +323,8 @@ def env_device(wildcards):
 
 
 def env_precisions(wildcards):
-    return " ".join(STUDY.precisions(wildcards.menv))
+    """The precisions of the env's roofs and ncu self-test (ceilings.precisions added)."""
+    return " ".join(STUDY.roof_precisions(wildcards.menv))
 
 
 def env_declared_flags(wildcards):

@@ -594,3 +594,16 @@ def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(
     cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", run, *example, env_extra=fake)
     (driver,) = [ln for ln in cmd.splitlines() if "run_train.py" in ln]
     assert "--channels-last" in driver and "--no-cudnn-benchmark" not in driver
+
+
+def test_gpu_check_measures_the_roofs_and_self_test_in_all_four_precisions(tmp_path):
+    # its runs are amp and bf16; its ceilings and counter self-test cover fp32 and tf32 too
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
+    check = ["--configfile", str(ROOT / "config" / "gpu_check.yaml")]
+    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    targets = ["results/local/ceilings.json", "results/local/ncu/selftest.json"]
+    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", *targets, *check, env_extra=fake)
+    for script in ("ceilings.py", "ncu_selftest.py"):
+        (line,) = [ln for ln in cmd.splitlines() if f"{script} " in ln and "--precisions" in ln]
+        assert "--precisions amp bf16 fp32 tf32 " in line, line

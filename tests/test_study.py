@@ -42,6 +42,17 @@ def test_env_overrides_batch_and_precision():
     assert {(r.batch, r.precision) for r in study.runs()} == {(4, "bf16")}
 
 
+def test_ceilings_precisions_add_roofs_where_the_device_runs_them():
+    config = make_config(precisions=["bf16", "fp32"])
+    config["ceilings"] = {"precisions": ["fp32", "tf32", "amp", "bf16"]}
+    assert make_study(config, device="cuda").roof_precisions("local") == [
+        "bf16", "fp32", "tf32", "amp"
+    ]  # fmt: skip
+    # a CPU runs neither tf32 nor amp: no roof to measure
+    assert make_study(config, cpu_flags=["amx_bf16"]).roof_precisions("local") == ["bf16", "fp32"]
+    assert [r.precision for r in make_study(config, device="cuda").configs()].count("tf32") == 0
+
+
 def test_threads_default_to_all_cores():
     config = make_config()
     del config["envs"]["local"]["threads"]

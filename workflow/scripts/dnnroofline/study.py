@@ -293,6 +293,13 @@ class Study:
     def precisions(self, env: str) -> list[str]:
         return list(self.envs[env].get("precisions") or self.study["precisions"])
 
+    def roof_precisions(self, env: str) -> list[str]:
+        """The precisions whose roofs (and ncu self-test) the env measures: its own, then
+        those of ``ceilings.precisions`` that its device runs."""
+        extra = (self.config.get("ceilings") or {}).get("precisions") or []
+        supported = SUPPORTED_PRECISIONS[self.device(env)]
+        return list(dict.fromkeys([*self.precisions(env), *(p for p in extra if p in supported)]))
+
     def batch_sizes(self, env: str, model: str | None = None) -> list[int]:
         """The batch sizes the env runs (the model) at: the env's ``batch_sizes``, else the
         model's, else the study's. An env's limit is its machine's memory, so it wins."""
