@@ -172,12 +172,18 @@ def test_envs_differing_only_in_options_are_both_measured():
         ({"compile": "fast"}, {}, "envs.opt.compile: 'fast' is not a compile mode"),
         ({}, {"warmup_iters": 0}, "study.warmup_iters: 0 for env 'eager': the first step"),
         ({"compile": "max-autotune"}, {"warmup_iters": 1}, "records its CUDA graphs"),
+        (
+            {"compile": "reduce-overhead"},
+            {"perf": {"enabled": True, "warmup_iters": 1}},
+            "config perf.warmup_iters: 1 for env 'opt': compile mode 'reduce-overhead'",
+        ),
         ({"cudnn_benchmark": True}, {}, "envs.opt.cudnn_benchmark: true on device cpu"),
     ],
 )
 def test_bad_env_options_are_refused_with_key_and_value(options, overrides, expected):
     config = _env_config(**options)
-    config["study"].update(overrides)
+    for key, value in overrides.items():  # study keys, or a section of its own (perf)
+        (config if key == "perf" else config["study"])[key] = value
     with pytest.raises(InputError, match=re.escape(expected)):
         make_study(config)
 

@@ -471,10 +471,14 @@ class Study:
                 f"config envs.{env}.compile: {mode!r} is not a compile mode "
                 f"(false, {', '.join(COMPILE_MODES)})"
             )
-        warmup = int(self.study.get("warmup_iters", 3))
-        short = warmup_shortfall(warmup, self.compile_mode(env))
-        if short:
-            raise InputError(f"config study.warmup_iters: {warmup} for env {env!r}: {short}")
+        warmups = [("study.warmup_iters", int(self.study.get("warmup_iters", 3)))]
+        perf = self.config.get("perf") or {}
+        if perf.get("enabled") and device == "cpu":  # perf runs the driver on CPU envs
+            warmups.append(("perf.warmup_iters", int(perf.get("warmup_iters", 2))))
+        for key, warmup in warmups:
+            short = warmup_shortfall(warmup, self.compile_mode(env))
+            if short:
+                raise InputError(f"config {key}: {warmup} for env {env!r}: {short}")
         if self.cudnn_benchmark(env) and device != "cuda":
             raise InputError(
                 f"config envs.{env}.cudnn_benchmark: true on device {device}: cuDNN "
