@@ -144,6 +144,31 @@ def test_combined_chart_colours_by_env_and_precision(points):
     assert not any("fp16" in r["roof_id"] for r in layer_rows(spec, it.ROOFS))
 
 
+def test_each_precision_keeps_its_own_colour_with_measured_and_datasheet_roofs():
+    # a GPU env: both roofs for every precision. Vega pairs the deduplicated domain with
+    # the colour list as given, so a repeated name shifted every colour after it
+    precs = ["fp32", "tf32", "amp", "bf16"]
+    gpu = {
+        "env": "gpu",
+        "roofs": [
+            {"kind": "compute", "precision": p, "source": src, "value": v * 1e12}
+            for p, v in zip(precs, (60, 400, 800, 800), strict=True)
+            for src in ("measured", "datasheet")
+        ]
+        + [{"kind": "memory", "precision": None, "source": "measured", "value": 3e12}],
+    }
+    pts = pd.DataFrame([point("gpu", "resnet50", 64, 100.0, 1e13, precision=p) for p in precs])
+    spec = it.roofline_chart(pts, {"gpu": gpu}).to_dict()
+    (scale,) = {  # roofs, labels, ridges and points share one colour scale
+        json.dumps(layer["encoding"]["color"]["scale"])
+        for layer in spec["layer"]
+        if "scale" in layer.get("encoding", {}).get("color", {})
+    }
+    scale = json.loads(scale)
+    assert sorted(scale["domain"]) == sorted(precs)  # each once
+    assert scale["range"] == [it._color(p) for p in scale["domain"]]
+
+
 def test_two_envs_of_one_machine_share_a_roof_label_and_keep_close_ones_apart(points):
     # an eager and a compiled env: one datasheet, two measurements 2% apart
     ceil = {"local": ceilings(), "local_compiled": ceilings("local_compiled", peak=98e9)}

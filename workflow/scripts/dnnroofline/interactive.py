@@ -316,12 +316,11 @@ def roofline_chart(
     ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
 
     # series (colour): the precision, or "env · precision" when several envs share a chart
-    series = []
-    for s in specs:
-        series.append(f"{s['env']} · {s['precision']}" if combined else s["precision"])
-    for v in list(pts.get("series", [])) + list(kern["series"]):
-        if v not in series:
-            series.append(v)
+    # once each: a precision has a measured and a datasheet roof, and Vega pairs the
+    # deduplicated domain with the colour list as given, shifting every colour after
+    series = [f"{s['env']} · {s['precision']}" if combined else s["precision"] for s in specs]
+    series += list(pts.get("series", [])) + list(kern["series"])
+    series = list(dict.fromkeys(series))
     if combined:
         scheme = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
         colors = [scheme[i % len(scheme)] for i in range(len(series))]
@@ -680,8 +679,8 @@ def page_notes(
         notes.append(
             f"Per-kernel points: {len(kern)} ncu kernels with FLOPs, DRAM bytes and a time; "
             f"{kern.attrs.get('skipped', 0)} without FLOPs or DRAM bytes (copies, fills) are "
-            "not drawn. Kernel FLOP/s use the kernel time under ncu (serialized, clocks "
-            "locked), not the uninstrumented step time."
+            "not drawn. Kernel FLOP/s use the kernel time under ncu (serialized, caches "
+            "flushed), not the uninstrumented step time."
         )
     if kern.attrs.get("dropped"):
         notes.append(
