@@ -339,6 +339,23 @@ def test_kernel_above_every_roof_is_flagged(tmp_path):
     assert "above-roof-kernel-0" in svg_ids(svg) and "above-roof-kernel-1" not in svg_ids(svg)
 
 
+def test_kernel_above_its_own_paths_roof_is_flagged_below_another_precisions(tmp_path):
+    # 40 GFLOP of CUDA-core fp32 in 1 ms = 40 TFLOP/s at AI 1000: under amp's 121 but
+    # a third above the best fp32 peak (30): its own roof is wrong, or its counters
+    doc = {
+        "kernels": [
+            {"id": 0, "name": "sgemm", "time_s": 1e-3, "flop": {"fp32": 40e9, "total": 40e9},
+             "bytes": {"dram": 40e6}},
+            {"id": 1, "name": "hgemm", "time_s": 1e-3, "flop": {"tensor": 40e9, "total": 40e9},
+             "bytes": {"dram": 40e6}},
+        ]
+    }  # fmt: skip
+    svg = tmp_path / "k.svg"
+    info = plot_kernels(kernel_points(doc), env_roofs(CEILINGS), "gpu", "amp", None, svg, "t")
+    assert info["above_roof"] == 1  # the tensor-core one is held to amp's roof
+    assert "above-roof-kernel-0" in svg_ids(svg) and "above-roof-kernel-1" not in svg_ids(svg)
+
+
 # --------------------------------------------------------------------------- analytic vs ncu
 
 

@@ -39,8 +39,8 @@ from dnnroofline.kernel_roofline import (
     Roofs,
     best,
     compute_roofs_for,
-    envelope_at,
     hierarchical_roof_at,
+    kernel_roof_at,
     marker_area,
     short_name,
 )
@@ -388,7 +388,7 @@ def plot_kernels(
                 zorder=5,
             )
             sizes[gid] = line.get_markersize()
-            if roofline.is_above_roof(p.flops_rate, envelope_at(roofs, p.ai)):
+            if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
                 n_above += 1
                 draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
         for i, p in enumerate(sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]):

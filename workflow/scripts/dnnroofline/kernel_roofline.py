@@ -13,8 +13,8 @@ table in; numbers and HTML out (plots are drawn by :mod:`dnnroofline.kernel_plot
 * **Per-kernel roofline**: each kernel's ``flop.total / bytes.dram`` against
   ``flop.total / time_s``. ``time_s`` is ncu's own duration of that kernel (the
   only per-kernel duration there is): measured alone, with caches flushed before
-  each replay (``--cache-control all``) and, by ncu's default, clocks locked to
-  base. Kernels with no FLOPs, no DRAM bytes or no duration are counted and
+  each replay (``--cache-control all``), at the clocks the GPU runs (``--clock-control
+  none``, as the timed runs). Kernels with no FLOPs, no DRAM bytes or no duration are counted and
   listed, never plotted at AI 0.
 * **Analytic vs ncu**: ``flops.train_step`` of the complexity JSON against ncu's
   FLOP total, and the analytic minimum DRAM bytes against ncu's DRAM bytes, each
@@ -410,14 +410,18 @@ def kernel_points(ncu: Mapping) -> KernelSet:
     return KernelSet(points, skipped, total, reasons)
 
 
-def envelope_at(roofs: Roofs, ai: float) -> float:
-    """The highest roof anywhere at ``ai``: min(best compute peak, ai x best DRAM bandwidth).
+def kernel_roof_at(roofs: Roofs, ai: float, path: str | None, precision: str) -> float:
+    """The roof a kernel is held to at ``ai``: the best compute peak of its FLOP path
+    (CUDA-core fp32: the fp32 roofs; tensor cores: the run's tensor precision, tf32 for
+    an fp32 run; any other path, or a path without a roof: the best peak of any
+    precision), capped by ``ai`` x the best DRAM bandwidth.
 
-    A kernel above it beats every peak the env has: a wrong peak or a bad counter.
+    A kernel above it beats its own roof: a wrong peak or a bad counter.
     """
-    peak = max(roofs.compute.values())
-    bw = max(roofs.memory["dram"].values())
-    return min(peak, ai * bw)
+    want = {"fp32": "fp32", "tensor": precision if precision in TENSOR_PRECISIONS else "tf32"}
+    own = [v for (prec, _), v in roofs.compute.items() if prec == want.get(path or "")]
+    peak = max(own) if own else max(roofs.compute.values())
+    return min(peak, ai * max(roofs.memory["dram"].values()))
 
 
 # --------------------------------------------------------------------------- analytic vs ncu
