@@ -13,9 +13,9 @@ table in; numbers and HTML out (plots are drawn by :mod:`dnnroofline.kernel_plot
 * **Per-kernel roofline**: each kernel's ``flop.total / bytes.dram`` against
   ``flop.total / time_s``. ``time_s`` is ncu's own duration of that kernel (the
   only per-kernel duration there is): measured alone, with caches flushed before
-  each replay (``--cache-control all``), at the clocks the GPU runs (``--clock-control
-  none``, as the timed runs). Kernels with no FLOPs, no DRAM bytes or no duration are counted and
-  listed, never plotted at AI 0.
+  each replay (``--cache-control all``), at the clocks the GPU runs
+  (``--clock-control none``, as the timed runs). Kernels with no FLOPs, no DRAM
+  bytes or no duration are counted and listed, never plotted at AI 0.
 * **Analytic vs ncu**: ``flops.train_step`` of the complexity JSON against ncu's
   FLOP total, and the analytic minimum DRAM bytes against ncu's DRAM bytes, each
   as the ratio ``analytic / ncu``, with an explanation generated from the numbers.

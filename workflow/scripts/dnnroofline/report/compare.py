@@ -226,8 +226,8 @@ def noisy(tp: pd.DataFrame) -> dict:
     rows = data.records(tp[tp["noisy"]]) if len(tp) else []
     for r in rows:
         r["label"] = data.label(r)
-        taken = {"other_processes_cpus": r.get("contention_cpus_max")}
-        r["contended"] = contention.contended_cpus(taken)
+        taken = r.get("contention_cpus_max")
+        r["contended"] = taken if isnum(taken) and taken >= contention.CONTENDED_CPUS else None
     return {"n": len(tp), "rows": rows}
 
 
