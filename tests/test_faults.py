@@ -31,9 +31,6 @@ written from) and tests/test_roofline.py (``test_roof_is_monotone_in_ai``,
 from __future__ import annotations
 
 import concurrent.futures
-import csv
-import hashlib
-import html as html_lib
 import json
 import os
 import re
@@ -47,13 +44,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_helpers import (
+    job_counts,
+    read_csv,
+    run_env,
+    script,
+    snakemake,
+    snapshot,
+    text_of,
+    write_config,
+)
 
 from dnnroofline.aggregate import metrics_frame, roofline_points_frame
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SCRIPTS = ROOT / "workflow" / "scripts"
 NCU_DATA = ROOT / "tests" / "data" / "ncu"
 pytestmark = pytest.mark.workflow
 
@@ -75,68 +81,8 @@ LIMIT_HEADROOM = 2 * 2**30
 # --------------------------------------------------------------------------- helpers
 
 
-def _env() -> dict:
-    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
-
-
-def snakemake(workdir: Path, *args, check=True, timeout=900, preexec_fn=None):
-    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=_env(), timeout=timeout, preexec_fn=preexec_fn
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-        )
-    return proc
-
-
-def write_config(workdir: Path, config: dict | str) -> None:
-    (workdir / "config").mkdir(parents=True, exist_ok=True)
-    text = config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False)
-    (workdir / "config" / "config.yaml").write_text(text)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    """Snakemake's "Job stats" table of a run (empty when nothing was to be done)."""
-    if "Job stats:" not in output:
-        return {}
-    table = output.split("Job stats:")[1].split("\n\n")[0]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
-
-
-def script(name: str, *args, env: dict | None = None, check=True):
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**_env(), "OMP_NUM_THREADS": "1", **(env or {})},
-        timeout=600,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{name} {args} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
-
-
-def snapshot(paths) -> dict[str, tuple[str, int]]:
-    """{path: (sha256, mtime_ns)}: a finished file must stay byte-identical and untouched."""
-    return {
-        str(p): (hashlib.sha256(Path(p).read_bytes()).hexdigest(), Path(p).stat().st_mtime_ns)
-        for p in paths
-    }
-
-
 def svg_ids(path: Path) -> set[str]:
     return set(re.findall(r'id="([^"]+)"', path.read_text()))
-
-
-def text_of(html: Path) -> str:
-    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", html.read_text())))
 
 
 def torch_virtual_bytes() -> int:
@@ -520,7 +466,7 @@ def test_killed_pipeline_loses_nothing_and_resumes(tmp_path):
             [*cmd, "--cores", "2", TARGET],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env=run_env(),
             start_new_session=True,
         )
         victim = None

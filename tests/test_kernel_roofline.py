@@ -4,9 +4,7 @@ page, their CLIs, and the workflow's ncu jobs (dry runs with a faked CUDA machin
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from workflow_helpers import job_counts, snakemake
 
 import plot_kernel_roofline as plot_cli
 import write_ncu_comparison as page_cli
@@ -496,21 +495,6 @@ def test_comparison_cli_with_and_without_ncu_files(tmp_path, nnperf):
 # --------------------------------------------------------------------------- the workflow
 
 
-def snakemake(workdir: Path, *args, env_extra=None):
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    env.pop("DNNROOFLINE_FAKE_CUDA", None)
-    env.update(env_extra or {})
-    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
-
-def job_counts(out: str) -> dict[str, int]:
-    table = out.split("Job stats:")[1]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
-
-
 DAG_CONFIG = {
     "envs": {
         "local": {"device": "auto", "threads": 2},
@@ -532,7 +516,7 @@ def test_dry_run_with_a_cuda_env_has_ncu_plot_and_page_jobs(tmp_path):
     fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
     # A CUDA machine: "local" (auto) is CUDA and measured here, so every config gets a job.
     counts = job_counts(
-        snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules", env_extra=fake)
+        snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules", env_extra=fake).stdout
     )
     n = 2 * 1 * 3  # models x precisions x batches of "local"
     # gcp_l4 (cuda) is measured here too on a CUDA machine: 2 models x 2 precisions x 3 batches
@@ -551,7 +535,7 @@ def test_dry_run_with_a_cuda_env_has_ncu_plot_and_page_jobs(tmp_path):
         "2",
         "results/local/ncu/local_resnet18_fp32_bs2.json",
         env_extra=fake,
-    )
+    ).stdout
     (cmd,) = [ln for ln in out.splitlines() if "profile_ncu.py" in ln]
     driver = cmd[cmd.index(" -- python") :]  # the driver's own flags, after profile_ncu's
     assert "--env local" in driver and "--expect-threads 2" in driver
@@ -565,7 +549,7 @@ def test_dry_run_with_a_cuda_env_has_ncu_plot_and_page_jobs(tmp_path):
 def test_dry_run_on_a_cpu_machine_has_the_page_and_plots_for_copied_captures(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(DAG_CONFIG))
-    counts = job_counts(snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules"))
+    counts = job_counts(snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules").stdout)
     assert "ncu" not in counts and "plot_kernel_roofline" not in counts
     assert "plot_hierarchical_roofline" not in counts
     assert counts["ncu_vs_analytic"] == 1  # the page says there is no ncu data
@@ -576,7 +560,7 @@ def test_dry_run_on_a_cpu_machine_has_the_page_and_plots_for_copied_captures(tmp
     _write(env / "ncu" / "gcp_l4_resnet18_amp_bs4.json", {"kernels": []})
     _write(env / "ncu" / "gcp_l4_mobilenet_v2_fp32_bs8.json", {"kernels": []})
     _write(env / "ncu" / "not_a_config.json", {"kernels": []})
-    out = snakemake(tmp_path, "-n", "-p", "--cores", "2")
+    out = snakemake(tmp_path, "-n", "-p", "--cores", "2").stdout
     counts = job_counts(out)
     assert counts["plot_kernel_roofline"] == 2 and counts["plot_hierarchical_roofline"] == 2
     assert "ncu" not in counts  # nothing is profiled on this machine
@@ -597,9 +581,10 @@ def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(
     example = ["--configfile", str(ROOT / "config" / "examples" / "h100.yaml")]
     fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
     dry = ["-n", "--cores", "2", "--quiet", "rules", *example]
-    counts = job_counts(snakemake(tmp_path, *dry, "--replace-workflow-config", env_extra=fake))
+    alone = snakemake(tmp_path, *dry, "--replace-workflow-config", env_extra=fake)
+    counts = job_counts(alone.stdout)
     assert counts["env_info"] == 1  # h100 alone
-    assert job_counts(snakemake(tmp_path, *dry, env_extra=fake))["env_info"] == 2  # merged
+    assert job_counts(snakemake(tmp_path, *dry, env_extra=fake).stdout)["env_info"] == 2  # merged
     configs = 4 * (2 + 1 + 1)  # precisions x (resnet50 at 64 and 256, resnet18, mobilenet_v2)
     assert counts["train"] == configs * 3
     assert counts["complexity"] == 4  # (model, batch): resnet50 x 2, resnet18, mobilenet_v2
@@ -608,7 +593,7 @@ def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(
     # Channels-last with cuDNN autotuning, as tuned GPU training runs (the GPU table's
     # resnet50 amp bs256 row comes from this study), timed runs and captures alike.
     run = "results/h100/runs/h100_resnet50_amp_bs256_run1.json"
-    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", run, *example, env_extra=fake)
+    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", run, *example, env_extra=fake).stdout
     (driver,) = [ln for ln in cmd.splitlines() if "run_train.py" in ln]
     assert "--channels-last" in driver and "--no-cudnn-benchmark" not in driver
 
@@ -620,7 +605,7 @@ def test_gpu_check_measures_the_roofs_and_self_test_in_all_four_precisions(tmp_p
     check = ["--configfile", str(ROOT / "config" / "gpu_check.yaml")]
     fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
     targets = ["results/local/ceilings.json", "results/local/ncu/selftest.json"]
-    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", *targets, *check, env_extra=fake)
+    cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", *targets, *check, env_extra=fake).stdout
     for script in ("ceilings.py", "ncu_selftest.py"):
         (line,) = [ln for ln in cmd.splitlines() if f"{script} " in ln and "--precisions" in ln]
         assert "--precisions amp bf16 fp32 tf32 " in line, line

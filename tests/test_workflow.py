@@ -1,6 +1,5 @@
 """The real workflow: lint, dry runs of large matrices, and a tiny study end to end."""
 
-import csv
 import json
 import os
 import re
@@ -8,14 +7,9 @@ import subprocess
 
 import pytest
 import yaml
-from workflow_helpers import BIN, CIFAR, ROOT, TINY, snakemake, write_config
+from workflow_helpers import BIN, CIFAR, ROOT, TINY, job_counts, read_csv, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
-
-
-def job_counts(dry_run_output: str) -> dict[str, int]:
-    table = dry_run_output.split("Job stats:")[1]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
 def test_lint_snakefmt_ruff_clean():
@@ -137,11 +131,6 @@ def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
     assert json.loads(other.read_text())["start_time"] == before[other]
     rows = {r["run_id"]: r for r in read_csv(tmp_path / "results/metrics.csv")}
     assert float(rows[run.stem]["start_time"]) == json.loads(run.read_text())["start_time"]
-
-
-def read_csv(path):
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_tiny_study_end_to_end(tiny_study):

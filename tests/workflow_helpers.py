@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import html as html_lib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SCRIPTS = ROOT / "workflow" / "scripts"
 
 # A user's model factory (the shipped CIFAR example at its own size and class count):
 # in the tiny study, so that every stage runs for it too.
@@ -38,11 +43,26 @@ TINY = {
 }
 
 
-def snakemake(workdir: Path, *args, check=True, timeout=900):
-    """Run this checkout's workflow in ``workdir`` with the venv's snakemake."""
+def run_env(**extra: str) -> dict:
+    """The environment of a workflow or stage run: this venv first on PATH, Agg plots.
+
+    DNNROOFLINE_FAKE_CUDA (a CUDA machine, for dry runs) only where ``extra`` sets it."""
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
+    env.pop("DNNROOFLINE_FAKE_CUDA", None)
+    return {**env, **extra}
+
+
+def snakemake(workdir: Path, *args, check=True, timeout=900, preexec_fn=None, env_extra=None):
+    """Run this checkout's workflow in ``workdir`` with the venv's snakemake."""
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=run_env(**(env_extra or {})),
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -50,8 +70,48 @@ def snakemake(workdir: Path, *args, check=True, timeout=900):
     return proc
 
 
-def write_config(workdir: Path, config: dict) -> Path:
+def script(name: str, *args, env: dict | None = None, check=True):
+    """Run one stage script of workflow/scripts with one OpenMP thread."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**run_env(), "OMP_NUM_THREADS": "1", **(env or {})},
+        timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{name} {args} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def write_config(workdir: Path, config: dict | str) -> Path:
     (workdir / "config").mkdir(parents=True, exist_ok=True)
     path = workdir / "config" / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table of a run (empty when nothing was to be done)."""
+    if "Job stats:" not in output:
+        return {}
+    table = output.split("Job stats:")[1].split("\n\n")[0]
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def snapshot(paths) -> dict[str, tuple[str, int]]:
+    """{path: (sha256, mtime_ns)}: a finished file must stay byte-identical and untouched."""
+    return {
+        str(p): (hashlib.sha256(Path(p).read_bytes()).hexdigest(), Path(p).stat().st_mtime_ns)
+        for p in paths
+    }
+
+
+def text_of(html: Path) -> str:
+    """An HTML file's text, tags dropped, entities decoded, whitespace collapsed."""
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", html.read_text())))
