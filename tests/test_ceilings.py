@@ -14,6 +14,7 @@ import torch
 
 from dnnroofline import ceiling_kernels as ck
 from dnnroofline import ceilings as cl
+from dnnroofline import roofline
 from dnnroofline.envinfo import cpu_info
 from dnnroofline.errors import InputError
 
@@ -164,70 +165,41 @@ def test_quick_unsupported_precision_is_skipped_with_note(quick_ceilings):
     assert not [r for r in c["roofs"] if r["precision"] == "tf32"]
 
 
-def test_select_peak_on_written_file(quick_ceilings):
-    c, _, _, path = quick_ceilings
-    value, source = cl.select_peak(c, "compute", "fp32")
-    assert source == "measured" and value > 0
-    mem, src = cl.select_peak(c, "memory")
-    assert src == "measured"
-    assert mem == max(r["value"] for r in c["roofs"] if r["kind"] == "memory")
-    with pytest.raises(InputError) as exc:
-        cl.select_peak(c, "compute", "tf32", where=str(path))
-    msg = str(exc.value)
-    assert "no compute peak for precision tf32" in msg and str(path) in msg
+def test_the_written_file_gives_the_pipeline_its_roofs(quick_ceilings):
+    c, _, _, _ = quick_ceilings
+    roofs = roofline.parse_roofs(c)
+    fp32 = roofline.select_roof(roofs, "compute", "fp32")
+    assert fp32.source == "measured" and fp32.value > 0
+    mem = roofline.select_roof(roofs, "memory")
+    assert mem.source == "measured"
+    assert mem.value == max(r["value"] for r in c["roofs"] if r["kind"] == "memory")
+    assert roofline.select_roof(roofs, "compute", "tf32") is None  # skipped on a CPU
 
 
-# ----------------------------------------------------------------------------- select_peak
+def test_a_failed_gemm_keeps_the_precisions_datasheet_roof(monkeypatch):
+    """Its runs may still run (the GEMM failed for its own reasons): without any roof for
+    their precision, roofline_points would refuse the whole study."""
+    memory = {"kind": "memory", "precision": None, "source": "measured", "value": 1e10}
+    sheet = {"kind": "compute", "precision": "fp32", "source": "datasheet", "value": 2e11}
+    asked = []
 
+    def gemm_fails(device, precision, **kw):
+        raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
 
-def _roofs():
-    return {
-        "env": "h100",
-        "roofs": [
-            {"kind": "compute", "precision": "fp32", "source": "datasheet", "value": 67e12},
-            {"kind": "compute", "precision": "fp32", "source": "measured", "value": 50e12},
-            {"kind": "compute", "precision": "bf16", "source": "datasheet", "value": 989e12},
-            {"kind": "compute", "precision": "fp16", "source": "datasheet", "value": 900e12},
-            {"kind": "memory", "precision": None, "source": "measured", "value": 2.9e12},
-            {"kind": "memory", "precision": None, "source": "measured", "value": 3.0e12},
-            {"kind": "memory", "precision": None, "source": "datasheet", "value": 3.35e12},
-        ],
-    }
+    def datasheet(device, name, precisions, **kw):
+        asked.append(list(precisions))
+        return [dict(sheet, citation="a datasheet")] if "fp32" in precisions else [], []
 
-
-def test_select_peak_prefers_measured_then_datasheet():
-    c = _roofs()
-    assert cl.select_peak(c, "compute", "fp32") == (50e12, "measured")
-    assert cl.select_peak(c, "compute", "fp32", prefer=("datasheet",)) == (67e12, "datasheet")
-    assert cl.select_peak(c, "compute", "bf16") == (989e12, "datasheet")
-    assert cl.select_peak(c, "compute", "amp") == (900e12, "datasheet")  # amp <- fp16
-    assert cl.select_peak(c, "memory") == (3.0e12, "measured")  # best of the measured
-    assert cl.select_peak(c, "memory", prefer=("datasheet", "measured")) == (3.35e12, "datasheet")
-
-
-def test_select_peak_refuses_clearly():
-    c = _roofs()
-    with pytest.raises(InputError) as exc:
-        cl.select_peak(c, "compute", "tf32")
-    msg = str(exc.value)
-    assert "no compute peak for precision tf32" in msg and "'h100'" in msg
-    assert "compute/fp32/measured" in msg  # says what is there
-    with pytest.raises(InputError, match="no compute peak for precision bf16"):
-        cl.select_peak(c, "compute", "bf16", prefer=("measured",))
-    with pytest.raises(InputError, match="no memory peak in results/x/ceilings.json"):
-        cl.select_peak({"roofs": []}, "memory", where="results/x/ceilings.json")
-    with pytest.raises(InputError, match="kind"):
-        cl.select_peak(c, "disk", "fp32")
-    with pytest.raises(InputError, match="prefer"):
-        cl.select_peak(c, "compute", "fp32", prefer=("guess",))
-    with pytest.raises(InputError, match="roofs"):
-        cl.select_peak({"env": "x"}, "memory")
-
-
-def test_select_peak_ignores_invalid_values():
-    c = {"env": "x", "roofs": [{"kind": "memory", "source": "measured", "value": None}]}
-    with pytest.raises(InputError, match="no memory peak"):
-        cl.select_peak(c, "memory")
+    monkeypatch.setattr(cl, "measure_compute", gemm_fails)
+    monkeypatch.setattr(cl, "measure_memory", lambda *a, **kw: [memory])
+    monkeypatch.setattr(cl, "datasheet_roofs", datasheet)
+    c = cl.build_ceilings("x", "cpu", ["fp32"])
+    assert c["skipped"] == [
+        {"precision": "fp32", "reason": "cpu: GEMM failed: CUBLAS_STATUS_EXECUTION_FAILED"}
+    ]
+    assert asked == [["fp32"]]
+    roof = roofline.select_roof(roofline.parse_roofs(c), "compute", "fp32")
+    assert (roof.source, roof.value) == ("datasheet", 2e11)
 
 
 # ----------------------------------------------------------------------------- pure pieces

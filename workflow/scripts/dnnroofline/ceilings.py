@@ -19,14 +19,13 @@ Datasheet roofs: GPUs from :mod:`dnnroofline.datasheet`; CPUs derived as cores x
 clock x FLOP/cycle (no datasheet memory roof for a CPU: its bandwidth depends on
 the DIMMs and channels populated, which the machine does not tell reliably).
 
-:func:`select_peak` is pure: the pipeline calls it to pick a roof, and refuses with
-a clear message when there is none (never a guess).
+The pipeline picks a point's roof with :func:`dnnroofline.roofline.select_roof`
+(measured first, then datasheet) and refuses when there is none (never a guess).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -50,69 +49,6 @@ ABOVE_DATASHEET_RTOL = 0.0
 
 
 # --------------------------------------------------------------------------- selection (pure)
-
-
-def select_peak(
-    ceilings: Mapping,
-    kind: str,
-    precision: str | None = None,
-    prefer: Iterable[str] = ("measured", "datasheet"),
-    where: str | None = None,
-) -> tuple[float, str]:
-    """The peak of ``kind`` (and ``precision`` for compute) as ``(value, source)``.
-
-    Sources are tried in ``prefer`` order; among several roofs of one source the
-    highest value wins (the best demonstrated ceiling). ``where`` names the file or
-    env in the error message (default: the env the ceilings belong to). Raises
-    InputError when no roof matches: the pipeline refuses rather than plot against
-    a guess.
-    """
-    if kind not in KINDS:
-        raise InputError(f"select_peak: kind must be one of {KINDS}, got {kind!r}")
-    prefer = tuple(prefer)
-    bad = [s for s in prefer if s not in SOURCES]
-    if bad or not prefer:
-        raise InputError(f"select_peak: prefer must list sources from {SOURCES}, got {prefer!r}")
-    at = where or f"the ceilings of env {ceilings.get('env', '?')!r}"
-    roofs = ceilings.get("roofs")
-    if not isinstance(roofs, list):
-        raise InputError(f"{at}: expected a 'roofs' list, got {type(roofs).__name__}")
-    if kind == "compute":
-        if not precision:
-            raise InputError("select_peak: a compute peak needs a precision")
-        names = PRECISION_ALIASES.get(precision.lower(), (precision.lower(),))
-    else:
-        names = None
-
-    def ok(r: Mapping, source: str) -> bool:
-        if r.get("kind") != kind or r.get("source") != source:
-            return False
-        if names is not None and str(r.get("precision") or "").lower() not in names:
-            return False
-        v = r.get("value")
-        return (
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        )
-
-    for source in prefer:
-        cands = [r for r in roofs if isinstance(r, Mapping) and ok(r, source)]
-        if cands:
-            return float(max(r["value"] for r in cands)), source
-
-    have = sorted(
-        {
-            f"{r.get('kind')}/{r.get('precision') or '-'}/{r.get('source')}"
-            for r in roofs
-            if isinstance(r, Mapping)
-        }
-    )
-    what = f"{kind} peak for precision {precision}" if kind == "compute" else "memory peak"
-    raise InputError(
-        f"no {what} in {at} (sources tried: {', '.join(prefer)}; roofs present: "
-        f"{', '.join(have) if have else 'none'}). Measure it (ceilings.py --precisions "
-        f"{precision or 'fp32'}) or use a device with a datasheet row; the roofline is never "
-        f"drawn against a guessed peak."
-    )
 
 
 def percent_of(measured: float, datasheet: float | None) -> float | None:
@@ -371,9 +307,8 @@ def build_ceilings(
             threads=threads,
         )
     )
-    failed = {s["precision"] for s in skipped}
-    ds_precisions = [p for p in measured_ok if p not in failed]
-    ds_roofs, ds_notes = datasheet_roofs(dev, device_name, ds_precisions, cpu=cpu, threads=threads)
+    # every precision the device runs, a failed GEMM's too: its runs still need a roof
+    ds_roofs, ds_notes = datasheet_roofs(dev, device_name, measured_ok, cpu=cpu, threads=threads)
     roofs.extend(ds_roofs)
     notes.extend(ds_notes)
     notes.extend(annotate_vs_datasheet(roofs))
