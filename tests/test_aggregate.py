@@ -343,12 +343,13 @@ def test_group_without_ok_runs_is_a_row_but_never_a_point():
     assert list(failed_groups(pts)["precision"]) == ["bf16"]
 
 
+#: The ncu stage's record of where its totals come from (ncu_profile.PROVENANCE).
+STEP_BYTES = {"provenance": {"totals.flop": "kernel", "totals.bytes": "step"}}
+
+
 def test_ai_source_switches_to_ncu_when_totals_exist():
-    ncu = {
-        ("local", "resnet18", "fp32", 16): {
-            "totals": {"flop": {"total": 2.2e10}, "bytes": {"dram": 1e9, "l2": None, "l1": None}}
-        }
-    }
+    totals = {"flop": {"total": 2.2e10}, "bytes": {"dram": 1e9, "l2": None, "l1": None}}
+    ncu = {("local", "resnet18", "fp32", 16): {"totals": totals, **STEP_BYTES}}
     p = points_for(LOCAL_RUNS, ncu=ncu).iloc[0]
     assert p["ai_source"] == "ncu"
     assert p["flop_per_step"] == 2.2e10
@@ -362,23 +363,49 @@ def test_ai_source_switches_to_ncu_when_totals_exist():
 
 
 @pytest.mark.parametrize(
-    "ncu_doc",
+    "ncu_doc, note",
     [
-        {"status": "error", "totals": {"flop": {"total": 2.2e10}, "bytes": {"dram": 1e9}}},
-        {"totals": {"flop": {"total": 2.2e10}, "bytes": {"dram": None}}},
-        {"totals": {"flop": {"total": None}, "bytes": {"dram": 1e9}}},
-        None,
+        (
+            {"status": "error", "message": "boom", "totals": {"flop": {"total": 2.2e10}}},
+            "ncu error: boom",
+        ),
+        (
+            {"totals": {"flop": {"total": 2.2e10}, "bytes": {"dram": None}}, **STEP_BYTES},
+            "ncu capture without DRAM bytes: the AI is analytic",
+        ),
+        (
+            {"totals": {"flop": {"total": None}, "bytes": {"dram": 1e9}}, **STEP_BYTES},
+            "ncu capture without FLOP total: the AI is analytic",
+        ),
+        # a bare parse_ncu.py table: kernel replay's DRAM bytes, caches flushed per kernel
+        (
+            {"totals": {"flop": {"total": 2.2e10}, "bytes": {"dram": 1e9}}},
+            "ncu capture without the step pass: its DRAM bytes are of kernels replayed alone",
+        ),
+        (None, None),
     ],
 )
-def test_unusable_ncu_falls_back_to_analytic(ncu_doc):
+def test_unusable_ncu_falls_back_to_analytic_and_says_why(ncu_doc, note):
     p = points_for(LOCAL_RUNS, ncu={("local", "resnet18", "fp32", 16): ncu_doc}).iloc[0]
     assert p["ai_source"] == "analytic"
     assert p["flop_per_step"] == 1.1e10
+    assert (p["ai_note"] or "").startswith(note or "") and (note or pd.isna(p["ai_note"]))
+
+
+def test_ncu_counters_missing_on_some_kernels_are_said_not_hidden():
+    totals = {"flop": {"total": 2.2e10}, "bytes": {"dram": 1e9}, "incomplete": {"flop.total": 3}}
+    ncu = {("local", "resnet18", "fp32", 16): {"status": "ok", "totals": totals, **STEP_BYTES}}
+    p = points_for(LOCAL_RUNS, ncu=ncu).iloc[0]
+    assert p["ai_source"] == "ncu" and p["ai"] == pytest.approx(22.0)
+    assert p["ai_note"] == "ncu: 3 kernel(s) without FLOP counters (n/a): the AI leaves them out"
 
 
 def test_zero_ncu_flops_is_a_broken_capture():
     ncu = {
-        ("local", "resnet18", "fp32", 16): {"totals": {"flop": {"total": 0}, "bytes": {"dram": 1}}}
+        ("local", "resnet18", "fp32", 16): {
+            "totals": {"flop": {"total": 0}, "bytes": {"dram": 1}},
+            **STEP_BYTES,
+        }
     }
     with pytest.raises(InputError, match=r"n\.json: totals\.flop\.total.*0"):
         points_for(LOCAL_RUNS, ncu=ncu, ncu_sources={("local", "resnet18", "fp32", 16): "n.json"})
@@ -590,7 +617,7 @@ def test_cli_pipeline_metrics_then_points(tmp_path):
         write_json(tmp_path / "local" / "ceilings.json", make_ceilings("local")),
         write_json(tmp_path / "gcp_l4" / "ceilings.json", l4),
     ]
-    ncu_doc = {"totals": {"flop": {"total": 4e10}, "bytes": {"dram": 2e9}}}
+    ncu_doc = {"totals": {"flop": {"total": 4e10}, "bytes": {"dram": 2e9}}, **STEP_BYTES}
     ncu = [
         write_json(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_mobilenet_v2_amp_bs8.json", ncu_doc),
         write_json(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_resnet50_amp_bs8.json", ncu_doc),

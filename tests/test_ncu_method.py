@@ -152,6 +152,11 @@ def test_combined_totals_take_flops_from_kernels_and_bytes_from_the_step():
     assert roofs["l1"]["source"] == "ncu-derived" and roofs["l1"]["clock_hz"] == 1.755e9
     no_step = combine_passes(kernel, None)
     assert no_step["totals"]["bytes"]["dram"] is None and no_step["memory_roofs"]["l2"] is None
+    # kernels lacking a counter are counted in the pass its total comes from
+    kernel["totals"]["incomplete"] = {"flop.total": 2, "bytes.dram": 5}
+    step["totals"]["incomplete"] = {"flop.total": 7, "bytes.dram": 1}
+    incomplete = combine_passes(kernel, step)["totals"]["incomplete"]
+    assert incomplete == {"flop.total": 2, "bytes.dram": 1}
 
 
 def test_stage_step_pass_failure_keeps_kernels_but_is_not_ok(tmp_path, fake_ncu):
@@ -364,7 +369,7 @@ def test_selftest_kernel_driver_without_a_gpu_records_why(tmp_path):
 
 
 def test_point_falls_back_to_analytic_with_the_reason_and_gives_both_flop_rates():
-    from test_aggregate import LOCAL_RUNS, points_for
+    from test_aggregate import LOCAL_RUNS, STEP_BYTES, points_for
 
     key = ("local", "resnet18", "fp32", 16)
     untrusted = {
@@ -378,7 +383,8 @@ def test_point_falls_back_to_analytic_with_the_reason_and_gives_both_flop_rates(
     assert "-10.0%" in p["ai_note"]
     assert math.isnan(p["executed_flops"])  # untrusted counts give no executed rate
     assert p["useful_flops"] == pytest.approx(1.1e10 / 0.11)  # analytic / median step
-    ok = {"status": "ok", "totals": {"flop": {"total": 1.65e10}, "bytes": {"dram": 1e9}}}
+    totals = {"flop": {"total": 1.65e10}, "bytes": {"dram": 1e9}}
+    ok = {"status": "ok", "totals": totals, **STEP_BYTES}
     q = points_for(LOCAL_RUNS, ncu={key: ok}).iloc[0]
     assert q["ai_source"] == "ncu" and (pd.isna(q["ai_note"]) or q["ai_note"] is None)
     assert q["executed_flops"] == pytest.approx(1.65e10 / 0.11)

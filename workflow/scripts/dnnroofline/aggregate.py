@@ -39,7 +39,7 @@ beside it for comparison. NaN where the complexity JSON has no traffic table.
 
 Data-parallel envs (``nproc`` > 1): a point is one rank's, the roofline way of
 multi-GPU studies: FLOPs and bytes of one rank's step (the complexity at the per-process
-batch, rank 0's ncu capture, the perf counts of all ranks / nproc) over the slowest
+batch, the perf counts of all ranks / nproc; ncu does not profile them) over the slowest
 rank's median step, against the roof of one rank's share of the machine (the ceilings
 job measures with the env's threads per process; one GPU on CUDA). ``images_per_s``
 counts every rank.
@@ -461,14 +461,15 @@ def group_summary(metrics: pd.DataFrame) -> pd.DataFrame:
 def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
     """(FLOP total, DRAM bytes) of a parsed ncu JSON, or None when it cannot give an AI.
 
-    None: no file, ``status`` other than ``ok``, or a null FLOP or DRAM total.
-    A total that is present but not positive is a broken capture: InputError.
+    None: no file, ``status`` other than ``ok``, DRAM bytes not from the step pass (a
+    bare parse_ncu.py table: isolated kernels, cold caches), or a null FLOP or DRAM
+    total. A total that is present but not positive is a broken capture: InputError.
     """
     if ncu is None:
         return None
     if not isinstance(ncu, Mapping):
         raise InputError(f"{where}: parsed ncu JSON must be an object")
-    if ncu.get("status", "ok") != "ok":
+    if ncu.get("status", "ok") != "ok" or not bytes_from_the_step(ncu):
         return None
     flop = _get(ncu, "totals", "flop", "total")
     dram = _get(ncu, "totals", "bytes", "dram")
@@ -480,11 +481,40 @@ def ncu_counts(ncu: Mapping | None, where: str) -> tuple[float, float] | None:
     )
 
 
+def bytes_from_the_step(ncu: Mapping) -> bool:
+    """Whether a capture's DRAM bytes are the step's as it runs (the ncu stage's step
+    pass), not kernels replayed one by one with flushed caches."""
+    return _get(ncu, "provenance", "totals.bytes") == "step"
+
+
 def ncu_note(ncu: Mapping | None) -> str | None:
-    """Why a capture gave no AI (its status and message), or None for a usable one."""
-    if not isinstance(ncu, Mapping) or ncu.get("status", "ok") == "ok":
+    """Why a capture gave no AI, or what its AI leaves out; None for a whole, usable one."""
+    if not isinstance(ncu, Mapping):
         return None
-    return f"ncu {ncu.get('status')}: {ncu.get('message') or ncu.get('reason') or 'no message'}"
+    if ncu.get("status", "ok") != "ok":
+        message = ncu.get("message") or ncu.get("reason") or "no message"
+        return f"ncu {ncu.get('status')}: {message}"
+    if not bytes_from_the_step(ncu):
+        return (
+            "ncu capture without the step pass: its DRAM bytes are of kernels replayed "
+            "alone with flushed caches, not the step's, so the AI is analytic"
+        )
+    nulls = [
+        name
+        for name, path in (("FLOP total", ("flop", "total")), ("DRAM bytes", ("bytes", "dram")))
+        if _get(ncu, "totals", *path) is None
+    ]
+    if nulls:
+        return f"ncu capture without {' or '.join(nulls)}: the AI is analytic"
+    gaps = _get(ncu, "totals", "incomplete") or {}
+    short = [f"{gaps[k]} kernel(s) without {name}" for k, name in INCOMPLETE_TOTALS if gaps.get(k)]
+    if short:
+        return f"ncu: {', '.join(short)} (n/a): the AI leaves them out"
+    return None
+
+
+#: The totals a capture's AI sums over kernels, with their names (totals.incomplete keys).
+INCOMPLETE_TOTALS = (("flop.total", "FLOP counters"), ("bytes.dram", "DRAM counters"))
 
 
 def flop_rates(

@@ -622,7 +622,15 @@ def combine_passes(kernel: Mapping, step: Mapping | None) -> dict:
         "flop": dict(ktot["flop"]),
         "bytes": dict(stot["bytes"]) if stot else dict.fromkeys(ktot["bytes"]),
         "arithmetic_intensity_dram": None,
-        "incomplete": dict(ktot.get("incomplete") or {}),
+        # kernels lacking a counter, counted in the pass each total comes from
+        "incomplete": {
+            **{k: n for k, n in (ktot.get("incomplete") or {}).items() if k.startswith("flop")},
+            **{
+                k: n
+                for k, n in ((stot or {}).get("incomplete") or {}).items()
+                if k.startswith(("bytes", "time"))
+            },
+        },
     }
     flop, dram = totals["flop"]["total"], totals["bytes"]["dram"]
     if flop is not None and dram:
