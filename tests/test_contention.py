@@ -91,7 +91,8 @@ def test_report_and_terminal_say_when_the_machine_was_busy():
     text = study_summary(metrics, make_points(), ceilings)
     assert (
         "local: the ceilings ran while other processes kept 0.90 CPUs busy: its roofs may be "
-        "low (points above them); re-run them alone: snakemake --forcerun ceilings"
+        "low (points above them); re-run them alone on its machine (copied results: there, "
+        "then copy the folder again): snakemake --forcerun ceilings"
     ) in text
     assert "1 configuration(s) were timed while other processes kept up to 1.20 CPUs busy" in text
     quiet = study_summary(make_metrics(), make_points(), {"local": {"other_load": None}})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 from report_fixtures import (
@@ -16,10 +18,12 @@ from report_fixtures import (
     two_env_inputs,
 )
 
-from dnnroofline.report import memory
-from dnnroofline.report.analysis import analysis_section
+from dnnroofline.report import data, memory
+from dnnroofline.report.analysis import analysis_section, point
+from dnnroofline.report.compare import short_lever
 from dnnroofline.report.data import throughput_table
 from dnnroofline.report.design import design_section
+from dnnroofline.report.render import ENV
 
 
 def test_bound_named_per_point(sections):
@@ -293,3 +297,87 @@ def test_largest_batch_of_a_cpu_data_parallel_env_counts_every_process():
     (fit,) = facts["largest"]
     assert (fit["by_estimate"], fit["by_measured"]) == (70, 70)
     assert facts["rows"][0]["estimated"] == pytest.approx(4 * 1.8 * gb)
+
+
+# --------------------------------------------------------------------------- GPU levers
+
+
+def _roof(precision, value):
+    return {"kind": "compute", "precision": precision, "source": "measured", "value": value}
+
+
+H100_CEILINGS = {
+    "h100": {
+        "device": "cuda",
+        "roofs": [_roof("fp32", 51e12), _roof("tf32", 378e12), _roof("amp", 720e12)]
+        + [_roof("bf16", 760e12), {"kind": "memory", "source": "measured", "value": 3e12}],
+    }
+}
+H100_INFO = {"h100": {"device": "cuda", "gpus": [{"name": "H100", "compute_capability": "9.0"}]}}
+
+
+def h100_point_words(precision, bound="compute", eff=0.5, complexity=None):
+    """The analysis section's paragraph on one H100 point (templates/parts/point.html)."""
+    r = {"env": "h100", "model": "resnet50", "precision": precision, "batch_size": 8,
+         "bound_": bound, "eff": eff, "above": False, "ai": 300.0, "ridge_ai": 126.0,
+         "ai_source": "ncu", "roof_source": "measured", "roof_flops": 378e12,
+         "attained_flops": eff * 378e12, "gap": (1 - eff) * 378e12,
+         "peak_bandwidth": 3e12}  # fmt: skip
+    cfg = make_config(envs={"h100": {"device": "cuda"}})
+    tp = throughput_table(data.prepare_metrics(None))
+    p = point(r, pd.DataFrame([r]), tp, complexity or {}, cfg, H100_INFO, H100_CEILINGS)
+    return re.sub(r"\s+", " ", ENV.get_template("parts/point.html").render(p=p))
+
+
+def test_a_compute_bound_h100_point_is_sent_to_faster_tensor_cores_than_its_own():
+    fp32 = h100_point_words("fp32")
+    assert "tensor cores: tf32/bf16/amp (peaks: tf32 378,000 GFLOP/s, amp 720,000" in fp32
+    tf32 = h100_point_words("tf32")  # an H100 has tf32 and bf16 units: never "fp16 only"
+    assert "lower-precision tensor cores: bf16/amp (peaks: amp 720,000 GFLOP/s" in tf32
+    assert "no tf32/bf16 units" not in tf32 and "tf32 378" not in tf32
+    for low in ("amp", "bf16"):
+        assert "tensor cores" not in h100_point_words(low).split("What would move it")[1]
+
+
+def test_lower_precision_is_advised_only_where_it_moves_fewer_bytes():
+    def words(bf16_bytes):
+        by = {"bf16": {"min_dram_bytes_per_step": bf16_bytes}}
+        cx = {("resnet50", 8): {"min_dram_bytes_per_step": 376e6, "by_precision": by}}
+        return h100_point_words("fp32", bound="memory", eff=0.5, complexity=cx)
+
+    assert "min DRAM bytes/step 376 MB → 200 MB" in words(200e6)
+    # small batches: the fp32 master copy makes bf16 move more bytes, not fewer
+    assert "lower-precision activations" not in words(398e6)
+
+
+def test_overheads_come_first_when_no_roof_explains_the_step():
+    words = h100_point_words("fp32", bound="memory", eff=0.1)
+    levers = re.findall(r"<li>(.*?)</li>", words)
+    assert levers[0].startswith("overheads first: at 10.0% of the roof")
+    assert "CUDA graphs" in levers[0] and "larger batch" in levers[1]
+
+
+@pytest.mark.parametrize(
+    "device, precision, bound, eff, expected",
+    [
+        ("cuda", "amp", "compute", 0.5, "better kernels (cuDNN autotuning, torch.compile)"),
+        ("cpu", "fp32", "compute", 0.5, "better kernels (oneDNN, torch.compile)"),
+        (None, "fp32", "compute", 0.5, "better kernels (cuDNN/oneDNN, torch.compile)"),
+        ("cuda", "fp32", "compute", 0.9, "(tensor cores: tf32/bf16/amp)"),
+        ("cuda", "tf32", "compute", 0.9, "(bf16/amp tensor cores)"),
+        ("cuda", "bf16", "compute", 0.9, "(a faster GPU)"),
+        ("cpu", "fp32", "compute", 0.9, "(bf16 where the CPU has bf16 units, more cores)"),
+        ("cpu", "bf16", "compute", 0.9, "(more cores)"),
+        ("cuda", "fp32", "memory", 0.5, "operator fusion, lower-precision activations"),
+    ],
+)
+def test_the_one_line_lever_is_worded_for_the_device_and_precision(
+    device, precision, bound, eff, expected
+):
+    assert expected in short_lever(bound, eff, False, device, precision)
+
+
+def test_the_one_line_lever_never_offers_lower_precision_to_a_low_precision_point():
+    assert short_lever("memory", 0.5, False, "cuda", "bf16") == (
+        "raise AI: larger batch, operator fusion"
+    )

@@ -114,8 +114,11 @@ def env_roofs(env: str, ceilings: Mapping, where: str | None = None):
     return compute, memory
 
 
-def point_frame(points: pd.DataFrame, combined: bool) -> pd.DataFrame:
-    """Plottable points with the fields the tooltips show."""
+def point_frame(
+    points: pd.DataFrame, combined: bool, devices: Mapping[str, str] | None = None
+) -> pd.DataFrame:
+    """Plottable points with the fields the tooltips show (``devices``: each env's device,
+    which words the lever)."""
     pts = plottable_points(points.copy()) if len(points) else points.copy()
     out = pd.DataFrame(
         {
@@ -144,9 +147,17 @@ def point_frame(points: pd.DataFrame, combined: bool) -> pd.DataFrame:
         _as_bool(v) or (_isnum(e) and e > 1 + 1e-9)
         for v, e in zip(pts["above_roof"], out["efficiency"], strict=True)
     ]
+    devices = devices or {}
     out["lever"] = [
-        lever(b, e, a)
-        for b, e, a in zip(out["bound"], out["efficiency"], out["above_roof"], strict=True)
+        lever(b, e, a, devices.get(env), prec)
+        for b, e, a, env, prec in zip(
+            out["bound"],
+            out["efficiency"],
+            out["above_roof"],
+            out["env"],
+            out["precision"],
+            strict=True,
+        )
     ]
     out["series"] = (out["env"] + " · " + out["precision"]) if combined else out["precision"]
     return out.sort_values(["env", "model", "precision", "batch"]).reset_index(drop=True)
@@ -296,7 +307,8 @@ def roofline_chart(
     if not envs:
         raise InputError("an interactive roofline needs the ceilings of at least one env")
     combined = len(envs) > 1
-    pts = point_frame(points, combined)
+    devices = {env: str(ceil.get("device")) for env, ceil in ceilings_by_env.items()}
+    pts = point_frame(points, combined, devices)
     stray = sorted(set(pts["env"]) - set(envs)) if len(pts) else []
     if stray:
         raise InputError(f"points of env(s) {stray} but no ceilings given for them")

@@ -33,7 +33,7 @@ def facts(
     failed = data.failed_runs(m).sort_values("run_id", na_position="last")
     return {
         "summary": summary(pts),
-        **compare.facts(tp, pts, config),
+        **compare.facts(tp, pts, config, data.env_devices(m)),
         "compiled": env_compare.compile_facts(config, runs, env_infos),
         "scaling": env_compare.scaling_facts(config, tp, env_infos, m),
         "memory": memory.facts(config, m, cx, env_infos),
@@ -120,15 +120,12 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
             c = cx.get((model, b)) or {}
             by = c.get("by_precision") or {}
             lo = next((by[p] for p in ("bf16", "amp") if isinstance(by.get(p), Mapping)), None)
-            counted = lo and isnum(lo.get("min_dram_bytes_per_step"))
-            moves.append(
-                {
-                    "kind": "lower_precision",
-                    "bytes": (c.get("min_dram_bytes_per_step"), lo["min_dram_bytes_per_step"])
-                    if counted
-                    else None,
-                }
-            )
+            pair = (c.get("min_dram_bytes_per_step"), (lo or {}).get("min_dram_bytes_per_step"))
+            counted = all(isnum(v) for v in pair)
+            # where weights, gradients and optimizer state dominate (small batches) the
+            # fp32 master copy makes amp/bf16 move more bytes, not fewer: no lever then
+            if not counted or pair[1] < pair[0]:
+                moves.append({"kind": "lower_precision", "bytes": pair if counted else None})
     elif r["bound_"] == "compute":
         if dev == "cuda":
             ccs = [
@@ -137,11 +134,17 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
                 if isinstance(g, Mapping) and g.get("compute_capability")
             ]
             cc = _cc_float(ccs[0]) if ccs else None
-            if not low_prec and prec != "tf32" and (cc is None or cc >= 8.0):
+            if not low_prec and (cc is None or cc >= 8.0):
+                # fp32 can move to tf32/bf16/amp tensor cores, tf32 to bf16/amp ones
+                options = ["bf16", "amp"] if prec == "tf32" else ["tf32", "bf16", "amp"]
                 moves.append(
-                    {"kind": "tensor_cores", "peaks": other_precision_peaks(env, prec, ceilings)}
+                    {
+                        "kind": "tensor_cores",
+                        "options": options,
+                        "peaks": other_precision_peaks(env, prec, ceilings),
+                    }
                 )
-            elif not low_prec and cc is not None and cc >= 7.0:
+            elif prec == "fp32" and cc is not None and cc >= 7.0:
                 moves.append({"kind": "amp_only"})
             moves.append({"kind": "gpu_kernels"})
         else:
@@ -160,8 +163,9 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
             elif not low_prec and flags:
                 moves.append({"kind": "no_cpu_bf16"})
             moves.append({"kind": "cpu_kernels"})
-    if isnum(eff) and eff < data.LOW_EFFICIENCY:
-        moves.append({"kind": "overheads", "eff": eff, "cuda": dev == "cuda"})
+    if isnum(eff) and eff < data.LOW_EFFICIENCY:  # no roof explains it: the first lever
+        first = 1 if r["above"] else 0
+        moves.insert(first, {"kind": "overheads", "eff": eff, "cuda": dev == "cuda"})
     wait = tp_row["data_wait_share"] if tp_row else None
     if isnum(wait) and wait > data.HIGH_DATA_WAIT:
         moves.append({"kind": "data_loading", "share": wait})

@@ -15,21 +15,47 @@ from dnnroofline.report import data
 from dnnroofline.report.format import isnum
 
 
-def short_lever(bound: str | None, efficiency: Any, above: Any = False) -> str:
-    """One line on what would move a point (the per-point analysis says it in full)."""
+def short_lever(
+    bound: str | None,
+    efficiency: Any,
+    above: Any = False,
+    device: str | None = None,
+    precision: str | None = None,
+) -> str:
+    """One line on what would move a point (the per-point analysis says it in full),
+    worded for its device (cuda, cpu; None: either) and precision."""
+    low_precision = precision in ("amp", "bf16")
     if data.to_bool(above):
         return "fix the numbers first: above its roof means a wrong peak or FLOP count"
     if isnum(efficiency) and float(efficiency) < data.LOW_EFFICIENCY:
         return "overheads, not a roof: larger batch, torch.compile, fewer small kernels"
     if bound == "memory":
+        if low_precision:
+            return "raise AI: larger batch, operator fusion"
         return "raise AI: larger batch, operator fusion, lower-precision activations"
     if bound == "inconclusive":
         return "AI range straddles the ridge: traffic counters (perf, ncu) would decide"
     if bound == "compute":
         if isnum(efficiency) and float(efficiency) >= data.HIGH_EFFICIENCY:
-            return "near its roof: only a higher roof helps (tensor cores, lower precision)"
-        return "better kernels (cuDNN/oneDNN, torch.compile) or a higher roof"
+            return f"near its roof: only a higher roof helps ({higher_roof(device, precision)})"
+        kernels = {"cuda": "cuDNN autotuning", "cpu": "oneDNN"}.get(device, "cuDNN/oneDNN")
+        return f"better kernels ({kernels}, torch.compile) or a higher roof"
     return "unknown bound"
+
+
+def higher_roof(device: str | None, precision: str | None) -> str:
+    """Where a compute-bound point's higher roof is: a faster unit of the same machine, or
+    another machine where it already runs on the fastest one."""
+    if device == "cuda":
+        return {
+            "fp32": "tensor cores: tf32/bf16/amp",
+            "tf32": "bf16/amp tensor cores",
+        }.get(precision, "a faster GPU")
+    if device == "cpu":
+        if precision == "bf16":
+            return "more cores"
+        return "bf16 where the CPU has bf16 units, more cores"
+    return "tensor cores, lower precision"
 
 
 def baseline_env(config: Mapping | None, tp: pd.DataFrame) -> tuple[str | None, str | None]:
@@ -49,8 +75,9 @@ def baseline_env(config: Mapping | None, tp: pd.DataFrame) -> tuple[str | None, 
     return order[0], None
 
 
-def at_a_glance(pts: pd.DataFrame, tp: pd.DataFrame) -> list[dict]:
-    """One row per point: the five questions (speed, bound, distance from roof, lever)."""
+def at_a_glance(pts: pd.DataFrame, tp: pd.DataFrame, devices: Mapping[str, str]) -> list[dict]:
+    """One row per point: the five questions (speed, bound, distance from roof, lever).
+    ``devices``: each env's device (:func:`data.env_devices`)."""
     out = []
     for r in data.records(pts):
         att, roof = r["attained_flops"], r["roof_flops"]
@@ -60,7 +87,9 @@ def at_a_glance(pts: pd.DataFrame, tp: pd.DataFrame) -> list[dict]:
                 "tp": data.find_row(tp, r),
                 "headroom": roof / att if isnum(roof) and isnum(att) and att > 0 else None,
                 "has_range": isnum(r.get("ai_low")) and isnum(r.get("ai_high")),
-                "lever": short_lever(r["bound_"], r["eff"], r["above"]),
+                "lever": short_lever(
+                    r["bound_"], r["eff"], r["above"], devices.get(r["env"]), r["precision"]
+                ),
             }
         )
     return out
@@ -231,10 +260,12 @@ def noisy(tp: pd.DataFrame) -> dict:
     return {"n": len(tp), "rows": rows}
 
 
-def facts(tp: pd.DataFrame, pts: pd.DataFrame, config: Mapping | None) -> dict:
+def facts(
+    tp: pd.DataFrame, pts: pd.DataFrame, config: Mapping | None, devices: Mapping[str, str]
+) -> dict:
     """Every comparison of the analysis section."""
     return {
-        "glance": at_a_glance(pts, tp),
+        "glance": at_a_glance(pts, tp, devices),
         "across_models": across_models(tp, pts),
         "fastest_env": fastest_env(tp, config),
         "across_envs": across_envs(tp) if tp["env"].nunique() > 1 else None,

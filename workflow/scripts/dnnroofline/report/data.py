@@ -416,6 +416,12 @@ def env_device(env: str, config: Mapping | None, env_infos: Mapping) -> str:
     return str(dev)
 
 
+def env_devices(metrics: pd.DataFrame) -> dict[str, str]:
+    """Each env's device as its runs recorded it (cuda, cpu, mps)."""
+    m = metrics.dropna(subset=["device"]) if len(metrics) else metrics
+    return {str(e): str(d) for e, d in zip(m.get("env", []), m.get("device", []), strict=True)}
+
+
 def env_threads(env: str, config: Mapping | None, env_infos: Mapping, metrics=None):
     t = env_matrix(config, env)["threads"]
     if t is None and metrics is not None and len(metrics):

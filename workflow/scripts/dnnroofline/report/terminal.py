@@ -34,7 +34,7 @@ def glance_rows(metrics: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, 
     """One row of text cells per roofline point (failed configurations have none)."""
     m, pts = data.prepare_metrics(metrics), data.prepare_points(points)
     rows = []
-    for r in compare.at_a_glance(pts, data.throughput_table(m)):
+    for r in compare.at_a_glance(pts, data.throughput_table(m), data.env_devices(m)):
         tp = r["tp"] or {}
         noisy = NOISY if tp.get("noisy") else ""
         ai = f"{sig(r['ai'])} ({r['ai_source']})" if isnum(r["ai"]) else "–"
@@ -102,8 +102,8 @@ def busy_machine_lines(tp: pd.DataFrame, ceilings: Mapping[str, Mapping]) -> lis
         if taken is not None:
             lines.append(
                 f"{env}: the ceilings ran while other processes kept {taken:.2f} CPUs busy: "
-                "its roofs may be low (points above them); re-run them alone: "
-                "snakemake --forcerun ceilings"
+                "its roofs may be low (points above them); re-run them alone on its machine "
+                "(copied results: there, then copy the folder again): snakemake --forcerun ceilings"
             )
     busy = tp[tp["contention_cpus_max"] >= contention.CONTENDED_CPUS] if len(tp) else tp
     if len(busy):
