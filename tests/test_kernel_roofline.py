@@ -381,6 +381,12 @@ def test_comparison_ratio_is_analytic_over_ncu_and_flags_out_of_range(nnperf, h1
     assert html.count('<tr class="flag">') == 1
     assert "FLOP counts disagree by more than 2x" in html
     assert "gpu resnet18 fp32 bs64</strong> (3.00)" in html
+    # a GPU-scale mismatch keeps its digits: 0.00370, never "0.00"
+    tiny = comparison_rows({("gpu", "resnet50", "amp", 32): h100},
+                           {("resnet50", 32): complexity("resnet50", 32, 5.17e8, 4e8)})  # fmt: skip
+    html = comparison_page(tiny)
+    assert "resnet50 amp bs32</strong> (0.00370)" in html and "0.00370 ⚠" in html
+    assert "analytic / ncu = 0.00370 is outside" in html
 
 
 def test_comparison_explanations_follow_the_numbers(h100):

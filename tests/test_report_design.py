@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-from report_fixtures import make_complexity, make_points, table_row
+from report_fixtures import make_complexity, make_config, make_points, table_row
 
 from dnnroofline.report import all_sections
 from dnnroofline.report.design import design_section
@@ -84,3 +84,18 @@ def test_models_at_their_own_batch_sizes_shape_the_matrix_and_the_commands(input
     assert "complexity.py --arch resnet50 --image-size 224 --batch-size 16" not in repro
     assert "complexity.py --arch resnet50 --image-size 224 --batch-size 8" in repro
     assert "complexity.py --arch mobilenet_v2 --image-size 224 --batch-size 16" in repro
+
+
+def test_the_objective_says_when_each_env_has_its_own_precisions(inputs):
+    one = design_section(inputs["config"], inputs["env_infos"], inputs["metrics"], inputs["points"])
+    assert "each env its own subset" not in one
+    config = make_config(
+        envs={
+            "local": {"device": "cpu", "threads": 2, "precisions": ["fp32"]},
+            "h100": {"device": "cuda"},
+        }
+    )
+    config["study"]["precisions"] = ["fp32", "bf16"]
+    html = design_section(config, inputs["env_infos"], inputs["metrics"], inputs["points"])
+    objective = re.sub(r"\s+", " ", html[html.index("<h2>Objective") : html.index("<h2>Hypo")])
+    assert "in bf16 and fp32 at batch sizes 8 and 16 (each env its own subset" in objective

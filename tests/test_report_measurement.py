@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from report_fixtures import block, table_row
 
@@ -50,3 +52,19 @@ def test_step_time_distribution_per_run(inputs):
     html = measurement_section(inputs["config"], inputs["env_infos"], inputs["metrics"])
     dist = html[html.index("<h2>Step-time distribution per run") :]
     assert "400 ms" in table_row(dist, "local_resnet50_fp32_bs8_run1")
+
+
+def test_an_env_whose_runs_took_other_step_counts_is_named_with_them(inputs):
+    """Results copied from a machine whose config ran 5 + 30 steps, under a 3 + 10 config."""
+    runs = [
+        {"run_id": "a", "env": "h100", "config": {"warmup_iters": 5, "iters": 30}},
+        {"run_id": "b", "env": "local", "config": {"warmup_iters": 3, "iters": 10}},
+    ]
+    html = measurement_section(inputs["config"], inputs["env_infos"], inputs["metrics"], runs)
+    method = re.sub(r"\s+", " ", html[html.index("<h2>Method") : html.index("<h2>Throughput")])
+    assert "Then a fixed 10 timed training steps" in method
+    assert "h100's runs took 5 warm-up and 30 timed steps (the config they ran with" in method
+    assert "local's runs" not in method
+    runs[0]["config"] = {"warmup_iters": 3, "iters": 10}
+    html = measurement_section(inputs["config"], inputs["env_infos"], inputs["metrics"], runs)
+    assert "runs took" not in html

@@ -77,3 +77,23 @@ def test_ai_range_explained_and_inconclusive_bound(inputs):
     assert "<strong>Memory-bound</strong>" in memory
     assert "analytic AI range 1.00 FLOP/B – 4.00" in memory
     assert "40.0 (analytic) [10.0–40.0]" in html  # the at-a-glance table shows the range
+
+
+def test_a_gpu_point_without_a_capture_says_so_without_a_flag(inputs):
+    def rows(device, nproc):
+        ceil = make_ceilings()
+        ceil["local"]["device"] = device
+        points = inputs["points"].assign(nproc=nproc, ai_note=None)
+        points.loc[points["batch_size"] == 8, "ai_source"] = "ncu"  # captured
+        html = roofline_section(ceil, points, inputs["config"])
+        analytic = table_row(html, "mobilenet_v2", "fp32", "16")
+        return analytic, table_row(html, "resnet50", "fp32", "8")
+
+    analytic, captured = rows("cuda", 1)
+    assert "analytic AI: no ncu capture of this configuration (ncu.batch_sizes)" in analytic
+    assert 'class="flag"' not in analytic  # a fact of the design, not a problem
+    assert "ncu.batch_sizes" not in captured
+    analytic, _ = rows("cuda", 2)
+    assert "analytic AI: ncu does not profile data-parallel runs" in analytic
+    analytic, _ = rows("cpu", 1)  # no ncu on a CPU: nothing to explain
+    assert "analytic AI:" not in analytic

@@ -24,7 +24,7 @@ from dnnroofline.kernel_roofline import (
     positive_number,
 )
 from dnnroofline.point_inputs import match_ncu_stems, ncu_stem
-from dnnroofline.report.format import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time
+from dnnroofline.report.format import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time, sig
 from dnnroofline.report.render import esc, page, table
 
 #: analytic / ncu outside this range is flagged loudly.
@@ -144,7 +144,7 @@ def explain_flops(row: Mapping) -> list[str]:
         )
     if out_of_range(r):
         out.append(
-            f"OUT OF RANGE: analytic / ncu = {r:.2f} is outside "
+            f"OUT OF RANGE: analytic / ncu = {sig(r)} is outside "
             f"[{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]; check the capture and the FLOP model "
             "before trusting this point's AI."
         )
@@ -293,7 +293,7 @@ def comparison_rows(
 def _ratio_cell(r: float | None) -> Markup:
     if r is None:
         return Markup("–")
-    text = f"{r:.2f}"
+    text = sig(r)  # 3 significant digits: a ratio of 0.0037 is not "0.00"
     if out_of_range(r):
         return Markup(f'<span class="bad">{esc(text)} ⚠</span>')
     return Markup(esc(text))
@@ -408,7 +408,7 @@ def comparison_page(
             '<div class="alert"><strong>⚠ FLOP counts disagree by more than 2x</strong> '
             f"(analytic / ncu outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]) for "
             + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({r['flop_ratio']:.2f})" for r in flop_flags
+                f"<strong>{esc(_label(r))}</strong> ({sig(r['flop_ratio'])})" for r in flop_flags
             )
             + ". The AI and attained FLOP/s of these points are only as good as whichever "
             "count is right: read the explanation below.</div>"
@@ -417,7 +417,7 @@ def comparison_page(
         parts.append(
             '<div class="warn"><strong>⚠ DRAM bytes differ by more than 2x</strong> for '
             + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({r['bytes_ratio']:.2f})" for r in byte_flags
+                f"<strong>{esc(_label(r))}</strong> ({sig(r['bytes_ratio'])})" for r in byte_flags
             )
             + ". The analytic value is a lower bound, so ncu above it is expected; ncu "
             "below it is suspect.</div>"

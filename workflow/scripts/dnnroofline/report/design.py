@@ -40,6 +40,11 @@ def facts(
         "precisions": sorted({p for mx in matrices.values() for p in mx["precisions"]}),
         "batches": sorted({b for mx in matrices.values() for b in mx["batch_sizes"]}),
         "batches_by_model": batches_by_model(matrices.values()),
+        # envs with their own precisions or batch sizes (a CPU env without tf32/amp)
+        "per_env_matrix": len(
+            {(tuple(mx["precisions"]), tuple(mx["batch_sizes"])) for mx in matrices.values()}
+        )
+        > 1,
         "hypotheses": [
             hypothesis(config, env, prec, env_infos, m, pts, cx, ceilings)
             for env in envs

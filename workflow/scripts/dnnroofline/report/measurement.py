@@ -36,9 +36,23 @@ def facts(
             for (env, prec), g in tp.groupby(["env", "precision"], sort=True)
         ],
         "n_failed": len(data.failed_runs(m)),
+        "other_steps": other_step_counts(data.study_cfg(config), runs),
         "clocks": gpu_clocks(runs),
         "distribution": step_distribution(m, runs),
     }
+
+
+def other_step_counts(study: Mapping, runs: Sequence[Mapping] | None) -> list[dict]:
+    """The envs whose runs took other warm-up or timed step counts than this config's
+    study (results copied from a machine whose config said otherwise), with theirs."""
+    want = (study.get("warmup_iters"), study.get("iters"))
+    seen: dict[str, set] = {}
+    for run in runs or []:
+        cfg = run.get("config") or {}
+        steps = (cfg.get("warmup_iters"), cfg.get("iters"))
+        if run.get("env") and None not in steps and steps != want:
+            seen.setdefault(str(run["env"]), set()).add(steps)
+    return [{"env": env, "steps": sorted(steps)} for env, steps in sorted(seen.items())]
 
 
 def gpu_clocks(runs: Sequence[Mapping] | None) -> list[dict]:

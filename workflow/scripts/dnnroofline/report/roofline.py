@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from dnnroofline.report import data
+from dnnroofline.report.format import isnum
 from dnnroofline.report.render import section
 
 
@@ -26,8 +27,21 @@ def facts(
         if len(pts)
         else [],
         "ceilings": [env_ceilings(env, ceilings.get(env)) for env in envs],
-        "points": [(env, data.records(g)) for env, g in pts.groupby("env", sort=True)],
+        "points": [
+            (env, [dict(r, capture_note=capture_note(r, ceilings.get(env))) for r in rows])
+            for env, rows in ((e, data.records(g)) for e, g in pts.groupby("env", sort=True))
+        ],
     }
+
+
+def capture_note(point: Mapping, ceil: Mapping | None) -> str | None:
+    """Why a GPU point whose capture had no problem (no ``ai_note``) is analytic: it has none."""
+    cuda = (ceil or {}).get("device") == "cuda"
+    if not cuda or point.get("ai_source") != "analytic" or point.get("ai_note"):
+        return None
+    if isnum(point.get("nproc")) and point["nproc"] > 1:
+        return "analytic AI: ncu does not profile data-parallel runs"
+    return "analytic AI: no ncu capture of this configuration (ncu.batch_sizes)"
 
 
 def env_ceilings(env: str, ceil: Mapping | None) -> dict:
