@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from report_fixtures import make_config
+from report_fixtures import make_config, make_metrics
 
-from dnnroofline.report.reproducibility import run_command
+from dnnroofline.report.reproducibility import reproducibility_section, run_command
 
 
 def test_run_command_reproduces_run():
@@ -71,3 +71,19 @@ def test_reproducibility_lists_commands(sections):
         "--batch-size 16 --out results/complexity/mobilenet_v2_bs16.json" in html
     )
     assert "32.0 GB" in html  # RAM, decimal
+
+
+def test_a_run_is_reproduced_as_it_ran_where_its_json_says_otherwise():
+    """An H100 run copied in ran 5 + 30 steps in channels-last; this config says 3 + 10."""
+    cfg = make_config(envs={"h100": {"device": "cuda"}})
+    row = {"run_id": "r", "env": "h100", "model": "resnet50", "precision": "amp", "batch_size": 8}
+    ran = {"warmup_iters": 5, "iters": 30, "channels_last": True, "compile": False}
+    cmd = run_command(cfg, row, {}, ran)
+    assert "--warmup-iters 5 --iters 30 --precision amp --backend cuda" in cmd
+    assert "--channels-last" in cmd and "--compile" not in cmd
+    assert "--warmup-iters 3 --iters 10" in run_command(cfg, row)
+    html = reproducibility_section(cfg, {}, make_metrics("h100"), runs=[
+        {"run_id": "h100_resnet50_fp32_bs8_run1", "config": ran}])  # fmt: skip
+    (line,) = [ln for ln in html.splitlines() if "--run-id h100_resnet50_fp32_bs8_run1 " in ln]
+    assert "--warmup-iters 5 --iters 30" in line and "--channels-last" in line
+    assert "--warmup-iters 3 --iters 10" in html  # the runs without a JSON here

@@ -48,12 +48,21 @@ def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
     return flags
 
 
-def run_command(config: Mapping, run: Mapping, env_infos: Mapping | None = None) -> str:
-    """The ``run_train.py`` command line that reproduces one run of the config."""
+def run_command(
+    config: Mapping, run: Mapping, env_infos: Mapping | None = None, ran: Mapping | None = None
+) -> str:
+    """The ``run_train.py`` command line that reproduces one run of the config.
+
+    ``ran``: the ``config`` its run JSON recorded, where there is one: its step counts,
+    channels-last and compile mode win over this config's (a run copied from a machine
+    whose config said otherwise)."""
     env_infos = env_infos or {}
-    study = data.study_cfg(config)
+    ran = ran or {}
+    study = dict(data.study_cfg(config))
+    study.update({k: ran[k] for k in ("warmup_iters", "iters") if isinstance(ran.get(k), int)})
     env = str(run.get("env") or "")
-    envcfg = data.envs_cfg(config).get(env, {})
+    envcfg = dict(data.envs_cfg(config).get(env, {}))
+    envcfg.update({k: ran[k] for k in ("channels_last", "compile") if k in ran})
     device = str(envcfg.get("device") or "auto")
     info_dev = (env_infos.get(env) or {}).get("device")
     backend = info_dev if device == "auto" and info_dev else device
@@ -158,8 +167,9 @@ def facts(
     cfg = f" --configfile {shlex.quote(config_path)}" if config_path else ""
     cores = str(max(threads)) if threads else "all"
     expected = data.expected_run_table(config, expected_runs, m)
+    ran = {str(r["run_id"]): r.get("config") for r in runs or [] if r.get("run_id")}
     cmds = [
-        run_command(config, e, env_infos)
+        run_command(config, e, env_infos, ran.get(str(e.get("run_id"))))
         for e in expected
         if all(e.get(k) is not None for k in ("env", "model", "precision", "batch_size"))
     ]
@@ -167,7 +177,7 @@ def facts(
     exp_ids = {e["run_id"] for e in expected}
     for _, r in m.iterrows():
         if r["run_id"] and r["run_id"] not in exp_ids and r["model"] and isnum(r["batch_size"]):
-            cmds.append(run_command(config, r.to_dict(), env_infos))
+            cmds.append(run_command(config, r.to_dict(), env_infos, ran.get(str(r["run_id"]))))
     return {
         "machines": known,
         "fields": [
