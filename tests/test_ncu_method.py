@@ -41,6 +41,7 @@ from dnnroofline.ncu_selftest import (
     cases_for,
     check_case,
     evaluate,
+    known_op,
     verdict_for,
 )
 
@@ -363,6 +364,35 @@ def test_selftest_kernel_driver_without_a_gpu_records_why(tmp_path):
         cwd=ROOT,
     )
     assert bad.returncode == 2 and "--precision" in bad.stderr
+
+
+def test_selftest_copy_is_a_kernel_that_ncu_sees_not_a_driver_memcpy():
+    # dst.copy_(src) of one dtype, contiguous, is a cudaMemcpyAsync on CUDA: no kernel,
+    # so ncu's kernel pass profiles nothing and the copy case (hence every precision)
+    # fails on every GPU. The case must be an elementwise kernel reading and writing
+    # each byte once; the GEMM case one mm. Checked on the CPU through the dispatcher.
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.called = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.called.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    copy = {"case": "copy", "kind": "copy", "precision": None, "bytes": 4096}
+    gemm = {"case": "gemm_fp32", "kind": "gemm", "precision": "fp32", "m": 8, "n": 4, "k": 2}
+    for case, want in ((copy, "aten.neg"), (gemm, "aten.mm")):
+        op = known_op(case, torch.device("cpu"))
+        with Ops() as ops:
+            out = op()
+        assert ops.called == [want], (case["case"], ops.called)
+    assert out.shape == (8, 4)
+    moved = known_op(copy, torch.device("cpu"))()
+    assert moved.numel() * moved.element_size() == copy["bytes"]
 
 
 # --------------------------------------------------------------------------- roofline points

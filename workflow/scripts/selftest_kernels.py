@@ -1,5 +1,5 @@
-"""One known kernel for the ncu counter self-test: a GEMM (2*M*N*K FLOPs) or a device
-copy (bytes read + bytes written), warmed up, then run once between
+"""One known kernel for the ncu counter self-test: a GEMM (2*M*N*K FLOPs) or a copy
+kernel (bytes read + bytes written), warmed up, then run once between
 cudaProfilerStart and cudaProfilerStop (the window the ncu stage profiles).
 
     python workflow/scripts/selftest_kernels.py --case gemm_bf16 --kind gemm \\

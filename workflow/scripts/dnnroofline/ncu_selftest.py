@@ -8,9 +8,11 @@ and the same two passes (:data:`dnnroofline.ncu_profile.PASSES`):
   with TF32 off (CUDA cores, FFMA), tf32/fp16/bf16 on tensor cores
   (``sm__ops_path_tensor_*``). Checked: ``totals.flop.total`` of the kernel pass,
   within :data:`FLOP_TOLERANCE`.
-* a device copy of N bytes (``dst.copy_(src)``): DRAM bytes = N read + N written.
-  Checked: ``totals.bytes.dram`` of the step pass (the pass the study's bytes
-  come from), within :data:`DRAM_TOLERANCE`.
+* a copy of N bytes by a kernel on the SMs (``torch.neg(src, out=dst)``): DRAM bytes
+  = N read + N written. Checked: ``totals.bytes.dram`` of the step pass (the pass the
+  study's bytes come from), within :data:`DRAM_TOLERANCE`. Not ``dst.copy_(src)``: on
+  CUDA that is a ``cudaMemcpyAsync``, no kernel, which ncu's kernel pass never sees
+  (``No kernels were profiled``), so the case would fail on every GPU.
 
 A study precision's counters are trusted when its GEMM and the copy pass. When
 not, the study's ncu points of that precision fall back to the analytic AI, and
@@ -19,7 +21,7 @@ the reason names the failed counter and by how much (:func:`verdict_for`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
 
@@ -189,6 +191,31 @@ def driver_argv(python: str, script: str, case: Mapping) -> list[str]:
     return argv
 
 
+def known_op(case: Mapping, device) -> Callable[[], None]:
+    """The case's known work on ``device``, as a call: ``C = A @ B``, or a copy kernel."""
+    import torch
+
+    if case["kind"] == "gemm":
+        prec = case["precision"]
+        if prec not in _DTYPES:
+            raise InputError(f"self-test GEMM precision {prec!r}: use one of {sorted(_DTYPES)}")
+        # fp32 means CUDA cores: TF32 off for matmul; tf32 means tensor cores.
+        torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        dtype = getattr(torch, _DTYPES[prec])
+        a = torch.randn(case["m"], case["k"], device=device, dtype=dtype)
+        b = torch.randn(case["k"], case["n"], device=device, dtype=dtype)
+        c = torch.empty(case["m"], case["n"], device=device, dtype=dtype)
+        return lambda: torch.mm(a, b, out=c)
+    if case["kind"] == "copy":
+        src = torch.randn(int(case["bytes"]) // 4, device=device, dtype=torch.float32)
+        dst = torch.empty_like(src)
+        # An elementwise kernel that reads and writes every byte once. dst.copy_(src) is a
+        # cudaMemcpyAsync on CUDA: no kernel, so ncu's kernel pass would profile nothing.
+        return lambda: torch.neg(src, out=dst)
+    raise InputError(f"self-test case kind {case['kind']!r}: use gemm or copy")
+
+
 def run_case(case: Mapping, warmup: int = 2, profile: bool = True) -> dict:
     """Run one known kernel on the GPU: ``warmup`` untimed calls, then exactly one
     between cudaProfilerStart and cudaProfilerStop. Returns a small run record.
@@ -200,31 +227,7 @@ def run_case(case: Mapping, warmup: int = 2, profile: bool = True) -> dict:
     if not torch.cuda.is_available():
         raise InputError("the ncu self-test needs a CUDA GPU (torch.cuda.is_available() is False)")
     dev = torch.device("cuda")
-    if case["kind"] == "gemm":
-        prec = case["precision"]
-        if prec not in _DTYPES:
-            raise InputError(f"self-test GEMM precision {prec!r}: use one of {sorted(_DTYPES)}")
-        # fp32 means CUDA cores: TF32 off for matmul; tf32 means tensor cores.
-        torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        dtype = getattr(torch, _DTYPES[prec])
-        a = torch.randn(case["m"], case["k"], device=dev, dtype=dtype)
-        b = torch.randn(case["k"], case["n"], device=dev, dtype=dtype)
-        c = torch.empty(case["m"], case["n"], device=dev, dtype=dtype)
-
-        def op() -> None:
-            torch.mm(a, b, out=c)
-
-    elif case["kind"] == "copy":
-        n = int(case["bytes"]) // 4
-        src = torch.randn(n, device=dev, dtype=torch.float32)
-        dst = torch.empty_like(src)
-
-        def op() -> None:
-            dst.copy_(src)
-
-    else:
-        raise InputError(f"self-test case kind {case['kind']!r}: use gemm or copy")
+    op = known_op(case, dev)
     for _ in range(warmup):
         op()
     torch.cuda.synchronize()
