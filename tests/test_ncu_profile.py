@@ -3,12 +3,15 @@ and profile_ncu.py end to end against a missing ncu and a fake one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -315,6 +318,12 @@ if "--query-metrics" in argv:
 
 log = argv[argv.index("--log-file") + 1]
 out = argv[argv.index("--out") + 1]
+if mode == "hang":  # a pass that never ends: ncu and the driver it started, both on the GPU
+    import subprocess, time
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["FAKE_NCU_PIDS"], "a") as fh:
+        fh.write(f"{{os.getpid()}} {{driver.pid}}\\n")
+    time.sleep(600)
 if "--profile-from-start" in argv and "app-range" in argv:  # as ncu rejects it
     with open(log, "w") as fh:
         fh.write("==ERROR== --profile-from-start is not supported with range replay modes\\n")
@@ -452,6 +461,58 @@ def test_stage_without_ncu_is_unavailable_not_a_crash(tmp_path):
 def test_stage_with_a_name_not_on_path(tmp_path):
     p, r, _ = run_stage(tmp_path, "ncu-does-not-exist-here")
     assert p.returncode == 0 and r["status"] == "unavailable"
+
+
+def _alive(pid: int) -> bool:
+    """A process that runs (a zombie no reaper collected has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("stage", ["profile_ncu", "ncu_selftest"])
+def test_a_stopped_stage_leaves_no_ncu_or_driver_running(tmp_path, fake_ncu, stage):
+    # `timeout` and Snakemake stop a stage with SIGTERM to its process group. ncu runs in
+    # a session of its own (so that one killpg ends it and its driver), out of reach of
+    # that signal: the stage must end it, or it keeps the GPU beside the next measurement.
+    pids = tmp_path / "pids"
+    env = dict(os.environ, FAKE_NCU_MODE="hang", FAKE_NCU_PIDS=str(pids))
+    out = tmp_path / "ncu"
+    if stage == "profile_ncu":
+        cmd = [str(PROFILE_NCU), "--csv-out", str(out / "k.csv"), "--json-out", str(out / "k.json")]
+        cmd += ["--no-query", "--ncu", str(fake_ncu), "--compute-capability", "9.0", "--", *DRIVER]
+    else:
+        selftest = ROOT / "workflow" / "scripts" / "ncu_selftest.py"
+        cmd = [str(selftest), "--ncu", str(fake_ncu), "--compute-capability", "9.0"]
+        cmd += ["--precisions", "bf16", "--work-dir", str(out), "--out", str(tmp_path / "st.json")]
+    proc = subprocess.Popen(
+        [sys.executable, *cmd],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started = []
+    try:
+        deadline = time.monotonic() + 60
+        while not started:
+            assert proc.poll() is None, f"{stage} ended before ncu started"
+            assert time.monotonic() < deadline, "ncu never started"
+            time.sleep(0.1)
+            started = [int(p) for p in pids.read_text().split()] if pids.exists() else []
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in started if _alive(p)], "ncu or its driver outlived the stage"
+    finally:
+        for pid in [proc.pid, *started]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_find_ncu_looks_where_the_toolkit_installs_it_when_not_on_path():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measurement_lock import measurement_lock
 from dnnroofline.ncu_selftest import cases_for, check_case, driver_argv, evaluate
+from dnnroofline.processes import run_stage, signals_exit
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--env-info", args.env_info]
         cmd += ["--", *driver_argv(sys.executable, str(HERE / "selftest_kernels.py"), case)]
         print("ncu_selftest: " + " ".join(cmd), flush=True)
-        rc = subprocess.run(cmd).returncode
+        rc = run_stage(cmd)  # stopped meanwhile: it ends its ncu first
         parsed = None
         try:
             parsed = json.loads(Path(f"{stem}.json").read_text())
@@ -82,5 +82,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with measurement_lock():
+    with measurement_lock(), signals_exit():
         sys.exit(main())

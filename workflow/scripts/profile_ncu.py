@@ -25,6 +25,7 @@ from dnnroofline.io import read_json
 from dnnroofline.measurement_lock import measurement_lock
 from dnnroofline.ncu_capture import TRUSTED, CaptureRequest, capture
 from dnnroofline.ncu_selftest import verdict_for
+from dnnroofline.processes import signals_exit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,5 +102,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with measurement_lock():
+    with measurement_lock(), signals_exit():
         sys.exit(main())

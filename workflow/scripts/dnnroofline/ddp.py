@@ -25,7 +25,6 @@ included, and dies with the launcher even when that is SIGKILLed (PR_SET_PDEATHS
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.processes import die_with_parent, ignore_signals, kill_group, signals_exit
 
 #: Exit status of a rank whose run failed after it wrote its record.
 RANK_FAILED = 3
@@ -242,30 +242,6 @@ def merge_records(
 # --------------------------------------------------------------------------- processes
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
-    """preexec_fn: the rank gets SIGKILL when the launcher dies (Linux prctl)."""
-    if not sys.platform.startswith("linux"):
-        return None
-
-    def setup() -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the launcher died before prctl
-            os._exit(1)
-
-    return setup
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the rank's whole process group (its compile workers too), then reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-
-
 class _Forward:
     """Copies a rank's log to the launcher's stderr, line by line, prefixed by its rank."""
 
@@ -289,24 +265,6 @@ class _Forward:
         sys.stderr.flush()
 
 
-@contextlib.contextmanager
-def _signals_exit() -> Any:
-    """SIGTERM/SIGINT/SIGHUP end the launcher through its cleanup (exit 128 + signal)."""
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    saved = {}
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        with contextlib.suppress(ValueError, OSError):  # not the main thread
-            saved[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
-
-
 def launch(
     base: dict[str, Any],
     argv: Sequence[str],
@@ -325,7 +283,7 @@ def launch(
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="dnnroofline-ddp-") as tmp, _signals_exit():
+    with tempfile.TemporaryDirectory(prefix="dnnroofline-ddp-") as tmp, signals_exit():
         folder = Path(tmp)
         outs = [folder / f"rank{i}.json" for i in range(nproc)]
         logs = [folder / f"rank{i}.log" for i in range(nproc)]
@@ -345,7 +303,7 @@ def launch(
                             stderr=subprocess.STDOUT,
                             env=env,
                             start_new_session=True,
-                            preexec_fn=_die_with_parent(os.getpid()),
+                            preexec_fn=die_with_parent(os.getpid()),
                         )
                     )
             say(
@@ -364,14 +322,12 @@ def launch(
             for i, proc in enumerate(procs):
                 if exits[i] is None:
                     killed.add(i)
-                    _kill_group(proc)
+                    kill_group(proc)
                     exits[i] = proc.returncode
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                with contextlib.suppress(ValueError, OSError):
-                    signal.signal(sig, signal.SIG_IGN)  # a second signal must not stop the cleanup
+            ignore_signals()
             for proc in procs:
-                _kill_group(proc)  # leftovers of a finished rank, or an interrupted launch
+                kill_group(proc)  # leftovers of a finished rank, or an interrupted launch
             for f in forwards:
                 f.pump(final=True)
         texts = [p.read_text(errors="replace") if p.exists() else "" for p in logs]

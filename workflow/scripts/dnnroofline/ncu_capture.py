@@ -12,12 +12,10 @@ measure and how ncu is called: ``dnnroofline.ncu_profile``.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +47,7 @@ from dnnroofline.ncu_profile import (
     query_metrics_command,
     step_metrics_for_arch,
 )
+from dnnroofline.processes import kill_group
 
 NOTE_PREFIX = "==PROFILE_NCU=="
 
@@ -123,9 +122,9 @@ def run_streaming(cmd: list[str], timeout: float) -> tuple[int | None, str, bool
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    finally:
+        if proc.poll() is None:  # timed out, or this stage was stopped (signals_exit)
+            kill_group(proc)  # ncu and the driver it profiles: never left on the GPU
     reader.join(timeout=30)
     sys.stdout.flush()
     return (None if timed_out else proc.returncode), "".join(tail), timed_out, time.monotonic() - t0
