@@ -29,9 +29,10 @@ rule ncu_selftest:
         script=script("ncu_selftest.py"),
         ncu=ncu_settings.get("executable", "ncu"),
         precisions=env_precisions,
+        timeout=ncu_pass_timeout,
     shell:
         "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
-        "--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1 "
+        "{params.timeout}--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1 "
         "|| (tail -n 5 {log} >&2; exit 1)"
 
 
@@ -64,8 +65,9 @@ rule ncu:
         ncu=ncu_settings.get("executable", "ncu"),
         warmup=ncu_settings.get("warmup_iters", 3),
         declared_threads=env_threads,
+        timeout=ncu_pass_timeout,
     shell:
-        "python {params.script} --ncu {params.ncu} --env-info {input.info} "
+        "python {params.script} --ncu {params.ncu} --env-info {input.info} {params.timeout}"
         "--csv-out {output.csv} --step-csv-out {output.step_csv} --json-out {output.json} "
         "--driver-run-out {output.driver_run} "
         "--selftest {input.selftest} --precision {wildcards.precision} "

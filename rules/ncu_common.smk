@@ -1,6 +1,14 @@
 # Targets of the ncu rules (rules/ncu.smk): which configs have an ncu capture.
 
 
+# ncu.pass_timeout_s as the stages' --timeout (unset: each stage's own default)
+ncu_pass_timeout = (
+    f"--timeout {ncu_settings['pass_timeout_s']} "
+    if "pass_timeout_s" in ncu_settings
+    else ""
+)
+
+
 def ncu_configs():
     """Every config with an ncu capture: CUDA envs measured here, and captures
     copied in from other machines (results/{env}/ncu/*.json of a copied env)."""

@@ -552,6 +552,31 @@ def test_dry_run_with_a_cuda_env_has_ncu_plot_and_page_jobs(tmp_path):
 
 
 @pytest.mark.workflow
+def test_ncu_pass_timeout_reaches_the_captures_and_the_self_test(tmp_path):
+    # On a time-limited lease a hung pass must cost one capture, not the whole command.
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(DAG_CONFIG))
+    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    targets = ["results/local/ncu/local_resnet18_fp32_bs2.json", "results/local/ncu/selftest.json"]
+    dry = ["-n", "-p", "--cores", "2", *targets]
+
+    def commands(*extra):
+        out = snakemake(tmp_path, *dry, *extra, env_extra=fake).stdout
+        (capture,) = [ln for ln in out.splitlines() if "profile_ncu.py --ncu" in ln]
+        (selftest,) = [ln for ln in out.splitlines() if "ncu_selftest.py" in ln]
+        return capture[: capture.index(" -- python")], selftest
+
+    assert not any("--timeout" in cmd for cmd in commands())  # each stage's own default
+    lease = tmp_path / "lease.yaml"
+    lease.write_text("ncu: {pass_timeout_s: 420}\n")
+    for cmd in commands("--configfile", str(lease)):
+        assert "--timeout 420 " in cmd, cmd
+    lease.write_text("ncu: {pass_timeout_s: 0}\n")
+    bad = snakemake(tmp_path, *dry, "--configfile", str(lease), env_extra=fake, check=False)
+    assert bad.returncode != 0 and "ncu.pass_timeout_s: bad value 0" in bad.stdout + bad.stderr
+
+
+@pytest.mark.workflow
 def test_dry_run_on_a_cpu_machine_has_the_page_and_plots_for_copied_captures(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(DAG_CONFIG))
