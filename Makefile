@@ -21,6 +21,9 @@ LOCK_PYTHON := 3.11
 # bounds are installed instead, and the report lists every version that differs.
 WHEELS ?=
 PIP_SOURCE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
+# What the wheels are for (make gpu-wheels writes it): all of requirements.txt, or with
+# PART=measure what `snakemake measure` needs.
+WHEELS_REQUIREMENTS = $(or $(wildcard $(WHEELS)/requirements.txt),requirements.txt)
 
 # The venv. With WHEELS it also sees the packages of the PYTHON that made it: a GPU
 # image's python is often a venv itself, whose packages --system-site-packages misses.
@@ -37,7 +40,7 @@ $(VENV)/.runtime: requirements.txt $(LOCK) $(BIN)/python
 		"setup: warning: the lock is for Python $(LOCK_PYTHON), not this $$($(BIN)/python -V)" >&2
 	$(if $(WHEELS),,$(BIN)/python -m pip install -q --upgrade pip)
 	$(if $(WHEELS),@echo "setup: WHEELS mode: $(LOCK) is not applied (the machine's own torch)",)
-	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r requirements.txt,--require-hashes -r $(LOCK))
+	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r $(WHEELS_REQUIREMENTS),--require-hashes -r $(LOCK))
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
@@ -74,13 +77,16 @@ gpu-check:
 	fi
 
 ## For a GPU machine without a package index: the wheels that make gpu-check WHEELS=dir
-## installs there, at the locked versions, for its Python (GPU_PYTHON) on x86_64 Linux,
-## without the torch stack (the machine's own) and what INSTALLED (its pip freeze) lists.
+## (or make setup WHEELS=dir) installs there, at the locked versions, for its Python
+## (GPU_PYTHON) on x86_64 Linux: not the torch stack (the machine's own), nor what
+## INSTALLED (its pip freeze) has at a version that meets every bound. PART=measure: only
+## what `snakemake measure` needs (measure there, analyse and report elsewhere).
 GPU_PYTHON ?= $(LOCK_PYTHON)
 INSTALLED ?=
+PART ?= all
 gpu-wheels:
 	$(PYTHON) scripts/gpu_check.py wheels --dest $(or $(WHEELS),wheels) --lock $(LOCK) \
-		--python-version $(GPU_PYTHON) $(if $(INSTALLED),--installed $(INSTALLED),)
+		--python-version $(GPU_PYTHON) --part $(PART) $(if $(INSTALLED),--installed $(INSTALLED),)
 
 ## The venv with the study's packages (requirements.lock).
 setup: $(VENV)/.runtime

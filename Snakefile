@@ -52,3 +52,11 @@ rule all:
     default_target: True
     input:
         all_targets() + ncu_targets() + perf_files() + trace_targets(),
+
+
+# `snakemake measure`: the measurements alone (no complexity, analysis, plots or report),
+# for a machine that only measures: its results/{env}/ copied next to a study elsewhere
+# is read there as it is (make gpu-wheels PART=measure: the packages this needs).
+rule measure:
+    input:
+        measure_targets(),

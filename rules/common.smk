@@ -246,6 +246,23 @@ def all_targets():
     )
 
 
+def measure_targets():
+    """Every measurement of the envs measured here, and nothing made from them: the
+    fingerprint, roofs, timed runs, traces, the ncu self-test and captures, perf counts.
+    """
+    files = [
+        f"results/{env}/{name}.json"
+        for env in MEASURED
+        for name in ("env_info", "ceilings")
+    ]
+    files += [run_path(r) for r in STUDY.runs(MEASURED)]
+    files += [f"results/{env}/ncu/selftest.json" for env in STUDY.cuda_envs_measured()]
+    files += [
+        f"results/{c.env}/ncu/{c.config_key}.json" for c in STUDY.profiled_configs()
+    ]
+    return files + trace_files() + perf_files()  # traces_common.smk, perf_common.smk
+
+
 def declared_machine_flags(env):
     """What the env declares about its machine, as env_info.py flags."""
     spec = config["envs"][env]

@@ -25,7 +25,7 @@ def trace_tables():
     return [f"results/{c.env}/traces/{c.config_key}.ops.json" for c in trace_configs()]
 
 
-def trace_targets():
+def trace_files():
     """Trace files of the configs measured here (copied ones are read, never made)."""
     if not traces_settings.get("enabled", True):
         return []
@@ -33,7 +33,14 @@ def trace_targets():
     for c in STUDY.configs(traced_envs()):
         stem = f"results/{c.env}/traces/{c.config_key}"
         files += [f"{stem}.json", f"{stem}.ops.json", f"{stem}.ops.csv"]
-    return files + ["results/report_sections/traces.html"]
+    return files
+
+
+def trace_targets():
+    """The trace files, and the report section made of them."""
+    if not traces_settings.get("enabled", True):
+        return []
+    return trace_files() + ["results/report_sections/traces.html"]
 
 
 def trace_benchmark_files():

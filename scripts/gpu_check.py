@@ -4,7 +4,7 @@
     python scripts/gpu_check.py run        # the study of config/gpu_check.yaml, then summary
     python scripts/gpu_check.py summary [--env E]   # the summary table of the results there
     python3 scripts/gpu_check.py wheels --dest DIR --python-version 3.12 [--installed FILE]
-                                           # the locked wheels for a GPU machine without an index
+                 [--part all|measure]      # the locked wheels for a GPU machine without an index
 
 `detect` and `wheels` use the standard library (and pip) only: they run before anything
 is installed.
@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,10 +97,46 @@ def summary(env: str = ENV) -> int:
     return 0
 
 
-def wheels(dest: Path, python_version: str | None, lock: Path, installed: Path | None) -> int:
-    """Download the locked versions, for the GPU machine's Python on x86_64 Linux, of every
-    package but the torch stack and those in INSTALLED; build the pure-Python sdists that
-    PyPI has no wheel of into wheels, so that pip installs them there without an index."""
+def requirement_lines(path: Path) -> list[str]:
+    """The lines of a requirements file, with its ``-r`` includes in their place."""
+    lines = []
+    for line in path.read_text().splitlines():
+        parts = line.split("#", 1)[0].split()
+        if len(parts) == 2 and parts[0] in ("-r", "--requirement"):
+            lines += requirement_lines(path.parent / parts[1])
+        else:
+            lines.append(line)
+    return lines
+
+
+def wheel_roots(part: str, requirements: Path) -> dict[str, list[str]]:
+    """What the GPU machine will install, with requirements.txt's bounds: all of
+    requirements.txt, or (``measure``) Snakemake and the measuring stages' packages."""
+    from dnnroofline import lockfile
+
+    bounds = lockfile.parse_requirements(requirement_lines(requirements), str(requirements))
+    if part == "all":
+        return bounds
+    names = {"snakemake"}
+    for env_file in lockfile.MEASURE_ENV_FILES:
+        deps = lockfile.env_file_dependencies((ROOT / env_file).read_text())
+        names |= set(lockfile.conda_pins({"dependencies": deps}, env_file)) - {"python"}
+    return {name: bounds.get(name, []) for name in sorted(names)}
+
+
+def wheels(
+    dest: Path,
+    python_version: str | None,
+    lock: Path,
+    installed: Path | None,
+    part: str = "all",
+    requirements: Path = ROOT / "requirements.txt",
+) -> int:
+    """Bring, for the GPU machine's Python on x86_64 Linux, the locked wheels it needs to
+    install ``part`` (all of requirements.txt, or what ``snakemake measure`` needs): not
+    the torch stack (the machine's own), nor a package whose version on the machine
+    (INSTALLED) meets every bound on it. Pure-Python sdists are built into wheels, so that
+    pip installs them there without an index. DEST/requirements.txt says what to install."""
     _package()
     from dnnroofline import lockfile
     from dnnroofline.errors import InputError
@@ -108,6 +145,7 @@ def wheels(dest: Path, python_version: str | None, lock: Path, installed: Path |
     try:
         pins = lockfile.parse_lock(lock.read_text(), str(lock))
         have = lockfile.parse_installed(installed.read_text(), str(installed)) if installed else {}
+        roots = wheel_roots(part, requirements)
     except (InputError, OSError) as exc:
         print(f"gpu-wheels: error: {exc}", file=sys.stderr)
         return 2
@@ -137,10 +175,40 @@ def wheels(dest: Path, python_version: str | None, lock: Path, installed: Path |
                 return rc or 1
             shutil.move(made[0], dest / made[0].name)
         sdist.unlink()
-    files = sorted(dest.glob("*.whl"))
-    size = sum(f.stat().st_size for f in files) / 2**20
-    print(f"gpu-wheels: {len(files)} wheels, {size:.1f} MiB in {dest}")
+    files = {lockfile.canonical_name(f.name.split("-")[0]): f for f in dest.glob("*.whl")}
+    requires = {
+        name: lockfile.requires_dist(wheel_metadata(path), python_version)
+        for name, path in files.items()
+        if name in wanted
+    }
+    bring, missing = lockfile.wheels_to_bring(roots, requires, have)
+    if missing:
+        needs = "; ".join(f"{n} (for {', '.join(sorted(set(w)))})" for n, w in missing.items())
+        print(
+            f"gpu-wheels: needed on Python {python_version} but neither locked nor on the "
+            f"machine (INSTALLED): {needs}",
+            file=sys.stderr,
+        )
+        return 1
+    for name, path in files.items():
+        if name not in bring:
+            path.unlink()  # the machine's own meets every bound, or part does not need it
+    (dest / "requirements.txt").write_text(
+        f"# What make setup WHEELS={dest.name} installs (make gpu-wheels PART={part}): the\n"
+        "# machine's own packages where they meet the bounds, else these wheels.\n"
+        + "".join(f"{name}{','.join(specs)}\n" for name, specs in sorted(roots.items()))
+    )
+    kept = sorted(dest.glob("*.whl"))
+    size = sum(f.stat().st_size for f in kept) / 2**20
+    print(f"gpu-wheels: {len(kept)} wheels, {size:.1f} MiB in {dest} (PART={part})")
     return 0
+
+
+def wheel_metadata(path: Path) -> str:
+    """The METADATA text of a wheel."""
+    with zipfile.ZipFile(path) as whl:
+        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        return whl.read(name).decode("utf-8", errors="replace")
 
 
 def run(cores: str) -> int:
@@ -169,12 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     wheel_args.add_argument("--dest", type=Path, default=Path("wheels"))
     wheel_args.add_argument("--python-version", help="the GPU machine's (default: the lock's)")
     wheel_args.add_argument("--lock", type=Path, default=ROOT / "requirements.lock")
-    wheel_args.add_argument("--installed", type=Path, help="its pip freeze: left out")
+    wheel_args.add_argument(
+        "--installed",
+        type=Path,
+        help="its pip freeze (or names): what meets the bounds is left out",
+    )
+    wheel_args.add_argument(
+        "--part",
+        choices=["all", "measure"],
+        default="all",
+        help="all of requirements.txt, or what `snakemake measure` needs",
+    )
+    wheel_args.add_argument("--requirements", type=Path, default=ROOT / "requirements.txt")
     args = ap.parse_args(argv)
     if args.command == "detect":
         return detect()
     if args.command == "wheels":
-        return wheels(args.dest, args.python_version, args.lock, args.installed)
+        return wheels(
+            args.dest, args.python_version, args.lock, args.installed, args.part, args.requirements
+        )
     if args.command == "summary":
         return summary(args.env)
     return run(args.cores)

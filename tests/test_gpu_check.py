@@ -75,25 +75,32 @@ setup(name="tinybin", version="1.0", py_modules=["tinybin"], distclass=Binary)
 """
 
 
-def _sdist(links: Path, name: str, setup_py: str | None = None) -> None:
+def _sdist(links: Path, name: str, setup_py: str | None = None, version="1.0", requires=()) -> None:
     """An sdist of a one-module package, as PyPI serves one that has no wheel."""
-    src = links / f"{name}-1.0"
+    src = links / f"{name}-{version}"
     src.mkdir(parents=True)
     (src / f"{name}.py").write_text("X = 1\n")
-    (src / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (src / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     if setup_py:
         (src / "setup.py").write_text(setup_py)
     else:
         (src / "pyproject.toml").write_text(
             '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-            f'[project]\nname = "{name}"\nversion = "1.0"\n'
+            f'[project]\nname = "{name}"\nversion = "{version}"\n'
+            f"dependencies = {json.dumps(list(requires))}\n"
         )
     subprocess.run(["tar", "czf", f"{src.name}.tar.gz", src.name], cwd=links, check=True)
 
 
-def _wheels(tmp_path: Path, lock_text: str, *extra: str) -> subprocess.CompletedProcess:
-    """gpu_check.py wheels against a local package dir (no index; this venv's setuptools)."""
+def _wheels(
+    tmp_path: Path, lock_text: str, *extra: str, requirements: str | None = None
+) -> subprocess.CompletedProcess:
+    """gpu_check.py wheels against a local package dir (no index; this venv's setuptools).
+    The requirements file is the lock's names, unless given."""
     (tmp_path / "lock").write_text(lock_text)
+    if requirements is None:
+        requirements = "".join(line.split("==")[0] + "\n" for line in lock_text.splitlines())
+    (tmp_path / "requirements.txt").write_text(requirements)
     env = dict(
         os.environ,
         PIP_CONFIG_FILE=os.devnull,
@@ -103,6 +110,7 @@ def _wheels(tmp_path: Path, lock_text: str, *extra: str) -> subprocess.Completed
     )
     cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "wheels"]
     cmd += ["--dest", str(tmp_path / "out"), "--lock", str(tmp_path / "lock"), *extra]
+    cmd += ["--requirements", str(tmp_path / "requirements.txt")]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -121,8 +129,48 @@ def test_gpu_wheels_turn_a_pure_sdist_into_a_wheel_and_leave_out_torch_and_the_i
         tmp_path, lock, "--python-version", "3.12", "--installed", str(tmp_path / "freeze.txt")
     )
     assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tinypkg-1.0-py3-none-any.whl"]
+    made = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert made == ["requirements.txt", "tinypkg-1.0-py3-none-any.whl"]
     assert "1 of the 4 pins" in out.stdout and "1 wheels" in out.stdout
+    # what make setup WHEELS=out installs: the requirements, the machine's or these wheels
+    listed = (tmp_path / "out" / "requirements.txt").read_text().splitlines()
+    assert [ln for ln in listed if not ln.startswith("#")] == [
+        "nvidia-nccl-cu13",
+        "tinyhave",
+        "tinypkg",
+        "torch",
+    ]
+
+
+def test_gpu_wheels_bring_a_machine_package_only_where_it_breaks_a_bound(tmp_path):
+    # tinyapp caps tinycap below the machine's 2.0 (brought at the locked 1.0), while the
+    # machine's tinyfloor 5.0 meets tinyapp's floor (left out); tinyextra only an extra needs
+    links = tmp_path / "links"
+    _sdist(links, "tinyapp", requires=["tinycap<2", "tinyfloor>=1", "tinyextra; extra == 'x'"])
+    for name in ("tinycap", "tinyfloor", "tinyextra"):
+        _sdist(links, name)
+    (tmp_path / "freeze.txt").write_text("tinycap==2.0\ntinyfloor==5.0\ntorch==2.11.0\n")
+    lock = "".join(
+        f"{n}==1.0 --hash=sha256:aa\n" for n in ("tinyapp", "tinycap", "tinyfloor", "tinyextra")
+    )
+    out = _wheels(
+        tmp_path,
+        lock,
+        "--installed",
+        str(tmp_path / "freeze.txt"),
+        requirements="tinyapp>=1\ntorch>=2.4\n",
+    )
+    assert out.returncode == 0, out.stderr
+    made = sorted(p.name for p in (tmp_path / "out").glob("*.whl"))
+    assert made == ["tinyapp-1.0-py3-none-any.whl", "tinycap-1.0-py3-none-any.whl"]
+    assert "2 wheels" in out.stdout
+    # a dependency that is neither in the lock nor on the machine is named
+    (tmp_path / "freeze.txt").write_text("tinycap==1.0\n")
+    gap = _wheels(
+        tmp_path, "tinyapp==1.0 --hash=sha256:aa\n", "--installed", str(tmp_path / "freeze.txt")
+    )
+    assert gap.returncode == 1
+    assert "neither locked nor on the machine (INSTALLED): tinyfloor (for tinyapp)" in gap.stderr
 
 
 def test_gpu_wheels_refuse_an_sdist_that_builds_only_for_this_python(tmp_path):

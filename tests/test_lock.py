@@ -122,6 +122,10 @@ def test_make_installs_from_the_locks(tmp_path):
     assert f"--no-index --find-links {tmp_path} -r requirements.txt" in wheels
     assert "requirements.lock is not applied" in wheels
     assert "--require-hashes" not in wheels
+    # wheels made by make gpu-wheels say what they are for (PART=measure: measuring only)
+    (tmp_path / "requirements.txt").write_text("snakemake<10,>=9.19\n")
+    wheels = _make_n("setup", venv, f"WHEELS={tmp_path}")
+    assert f"--no-index --find-links {tmp_path} -r {tmp_path}/requirements.txt" in wheels
 
 
 def test_plain_make_lists_the_targets_and_builds_nothing(tmp_path):
@@ -186,8 +190,9 @@ def test_wheels_venv_sees_the_packages_of_a_python_that_is_itself_a_venv(tmp_pat
 def test_make_gpu_wheels_passes_its_settings_on(tmp_path):
     out = _make_n("gpu-wheels", f"WHEELS={tmp_path}", "GPU_PYTHON=3.12", "INSTALLED=freeze.txt")
     assert f"wheels --dest {tmp_path} --lock requirements.lock" in out
-    assert "--python-version 3.12 --installed freeze.txt" in out
-    assert f"--python-version {lockfile.LOCK_PYTHON} \n" in _make_n("gpu-wheels") + "\n"
+    assert "--python-version 3.12 --part all --installed freeze.txt" in out
+    assert "--part measure" in _make_n("gpu-wheels", "PART=measure")
+    assert f"--python-version {lockfile.LOCK_PYTHON} --part all \n" in _make_n("gpu-wheels") + "\n"
 
 
 def test_make_dev_setup_with_wheels_stays_off_the_index(tmp_path):
@@ -270,7 +275,7 @@ def test_parse_installed_reads_pip_freeze_and_bare_names():
         lockfile.parse_installed("six==1.17\nnumpy>=2\n", "freeze.txt")
 
 
-def test_wheel_pins_leave_out_the_torch_stack_and_what_the_machine_has_at_that_version():
+def test_wheel_pins_download_all_but_the_torch_stack_and_what_the_machine_has_at_that_version():
     pins = {
         "torch": "2.14.1",
         "torchvision": "0.29.1",
@@ -283,13 +288,101 @@ def test_wheel_pins_leave_out_the_torch_stack_and_what_the_machine_has_at_that_v
         "pandas": "3.1.1",
     }
     installed = {"numpy": "2.4.6", "packaging": "26.3", "pandas": None, "torch": "2.11.0"}
-    # packaging 26.3 is brought at 25.0: pip takes the locked one where a bound refuses 26
-    assert lockfile.wheel_pins(pins, installed) == {"packaging": "25.0", "snakemake": "9.27.1"}
-    # the real lock: all but the torch stack, the pipeline's own packages kept
+    # candidates: whether packaging 26.3 or an unknown pandas will do is for wheels_to_bring
+    assert lockfile.wheel_pins(pins, installed) == {
+        "packaging": "25.0",
+        "pandas": "3.1.1",
+        "snakemake": "9.27.1",
+    }
     wanted = lockfile.wheel_pins(LOCK, {})
     assert {"snakemake", "fvcore", "altair", "vl-convert-python"} <= set(wanted)
     assert not {"torch", "torchvision", "triton"} & set(wanted)
     assert not any(n.startswith(("nvidia-", "cuda-")) for n in wanted)
+
+
+METADATA = """Metadata-Version: 2.1
+Name: snakemake
+Requires-Dist: packaging<26,>=24.0
+Requires-Dist: pulp<3.4,>=2.3.1
+Requires-Dist: tomli; python_version < "3.11"
+Requires-Dist: pytest; extra == "tests"
+Requires-Dist: pywin32; sys_platform == "win32"
+Requires-Dist: numpy>=1.20
+"""
+
+
+def test_requires_dist_keeps_what_applies_on_that_python_on_linux():
+    assert lockfile.requires_dist(METADATA, "3.12") == [
+        ("packaging", "<26,>=24.0"),
+        ("pulp", "<3.4,>=2.3.1"),
+        ("numpy", ">=1.20"),
+    ]
+    assert ("tomli", "") in lockfile.requires_dist(METADATA, "3.10")
+
+
+def test_machine_meets_bounds_and_an_unknown_version_meets_floors_not_caps():
+    assert lockfile.machine_meets("2.5.2", [">=1.26", ">=1.20"])
+    assert lockfile.machine_meets("2.11.0+cu130", [">=2.4"])  # a local label is a build
+    assert not lockfile.machine_meets("26.3", ["<26,>=24.0"])
+    assert lockfile.machine_meets(None, [">=1.26", ""])
+    assert not lockfile.machine_meets(None, ["<26,>=24.0"])
+    assert not lockfile.machine_meets(None, ["!=3.0"])
+
+
+def test_parse_requirements_reads_names_and_bounds_and_names_a_bad_line():
+    lines = ["# c", "snakemake>=9.19,<10    # 9.19: x", "torch>=2.4", "-r other.txt", "", "PyYAML"]
+    assert lockfile.parse_requirements(lines, "r.txt") == {
+        "snakemake": ["<10,>=9.19"],
+        "torch": [">=2.4"],
+        "pyyaml": [],
+    }
+    with pytest.raises(InputError, match=r"r.txt line 2: 'numpy >>= 2' is not a requirement"):
+        lockfile.parse_requirements(["six", "numpy >>= 2"], "r.txt")
+
+
+def test_env_file_dependencies_read_as_yaml_does():
+    for path in sorted((ROOT / "envs").glob("*.yaml")):
+        text = path.read_text()
+        assert lockfile.env_file_dependencies(text) == yaml.safe_load(text)["dependencies"]
+
+
+REQUIRES = {
+    "snakemake": [("packaging", "<26,>=24.0"), ("pulp", "<3.4,>=2.3.1"), ("pyyaml", "")],
+    "packaging": [],
+    "pulp": [],
+    "pyyaml": [],
+    "fvcore": [("numpy", ""), ("yacs", ">=0.1.6")],
+    "yacs": [("pyyaml", "")],
+    "numpy": [],
+}
+ROOTS = {"snakemake": ["<10,>=9.19"], "fvcore": [], "numpy": [">=1.26"], "torch": [">=2.4"]}
+
+
+def test_wheels_to_bring_leave_out_what_the_machine_meets_the_bounds_with():
+    # the GPU image: numpy 2.5.2 (not the locked 2.4.6) meets every bound; packaging 26.3
+    # breaks snakemake's <26; torch is the machine's own whatever it is
+    machine = {"numpy": "2.5.2", "packaging": "26.3", "pyyaml": "6.0.4", "torch": "2.11.0"}
+    bring, missing = lockfile.wheels_to_bring(ROOTS, REQUIRES, machine)
+    assert bring == {"snakemake", "packaging", "pulp", "fvcore", "yacs"} and missing == {}
+    # nothing known of the machine: everything but the torch stack
+    bring, _ = lockfile.wheels_to_bring(ROOTS, REQUIRES, {})
+    assert bring == set(REQUIRES)
+    # names without versions (the GPU image's package list): floors met, caps not
+    names = dict.fromkeys(["numpy", "packaging", "pyyaml", "pulp", "yacs"])
+    bring, _ = lockfile.wheels_to_bring(ROOTS, REQUIRES, names)
+    assert bring == {"snakemake", "fvcore", "packaging", "pulp"}
+
+
+def test_wheels_to_bring_follow_only_what_is_brought_and_name_what_cannot_be():
+    # fvcore on the machine (meets its bounds): its yacs is the machine's concern
+    machine = {"fvcore": "0.1.5", "numpy": "2.5.2", "torch": "2.11.0"}
+    bring, _ = lockfile.wheels_to_bring({"fvcore": [], "numpy": []}, REQUIRES, machine)
+    assert bring == set()
+    # a dependency that is neither locked (downloadable) nor on the machine
+    roots = {"snakemake": []}
+    requires = {"snakemake": [("tomli", ""), ("torch", ">=3")]}
+    bring, missing = lockfile.wheels_to_bring(roots, requires, {})
+    assert bring == {"snakemake"} and missing == {"tomli": ["snakemake"]}
 
 
 # --------------------------------------------------------------------------- machine vs lock

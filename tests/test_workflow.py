@@ -3,7 +3,10 @@
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -111,6 +114,59 @@ def test_a_moved_checkout_reruns_no_finished_measurement(tmp_path):
     first.rename(moved)
     out = here(moved, "-n", run)
     assert "Nothing to be done" in out.stdout + out.stderr, out.stdout[-2000:]
+
+
+def test_measure_only_measures_and_another_machine_analyses_the_copy(tmp_path):
+    """`snakemake measure` on a machine with only the measuring packages (make gpu-wheels
+    PART=measure); its results/{env}/ copied into a study elsewhere, read, never re-run."""
+    box = {"envs": {"box": {"device": "cpu", "threads": 1}},
+           "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
+           "ceilings": {"quick": True}}  # fmt: skip
+    there, here = tmp_path / "there", tmp_path / "here"
+    write_config(there, box)
+    out = snakemake(there, "--cores", "1", "measure")
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts == {
+        "env_info": 1,
+        "ceilings": 1,
+        "train": 1,
+        "trace": 1,
+        "measure": 1,
+        "total": 5,
+    }
+    made = sorted(str(p.relative_to(there / "results")) for p in (there / "results").iterdir())
+    assert made == ["box"]  # no complexity, metrics, plots or report sections
+    write_config(here, dict(box, measure_envs=[]))
+    shutil.copytree(there / "results" / "box", here / "results" / "box")  # times kept
+    out = snakemake(here, "--cores", "1", "results/roofline_points.csv")
+    assert set(job_counts(out.stdout + out.stderr)) == {
+        "complexity", "metrics", "roofline_points", "total"
+    }  # fmt: skip
+    (point,) = read_csv(here / "results" / "roofline_points.csv")
+    assert point["env"] == "box" and point["runs_ok"] == "1"
+
+
+def test_measure_needs_only_the_measuring_env_files():
+    """make gpu-wheels PART=measure brings the packages of lockfile.MEASURE_ENV_FILES: every
+    rule that `snakemake measure` can run (CUDA, CPU and perf envs) must use one of them."""
+    from test_conda_envs import rule_blocks
+
+    from dnnroofline.lockfile import MEASURE_ENV_FILES
+
+    config = {"envs": {"gpu": {"device": "auto"}, "cpu": {"device": "cpu", "threads": 1}},
+              "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
+              "measure_envs": ["gpu", "cpu"], "perf": {"enabled": True}}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        write_config(Path(tmp), config)
+        out = snakemake(
+            Path(tmp), "measure", "-n", "--quiet", "rules", env_extra={"DNNROOFLINE_FAKE_CUDA": "1"}
+        )
+    rules = set(job_counts(out.stdout)) - {"measure", "total"}
+    assert rules == {"env_info", "ceilings", "train", "trace", "ncu_selftest", "ncu", "perf"}
+    conda = {
+        name: re.search(r'conda:\s*\n\s*"\.\./([^"]+)"', body) for _, name, body in rule_blocks()
+    }
+    assert {conda[r].group(1) for r in rules} == set(MEASURE_ENV_FILES)
 
 
 def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
