@@ -30,7 +30,7 @@ MATMUL_TYPES = ("conv", "linear", "matmul")  # prefixes: conv_grouped, conv_dept
 
 torch.set_num_threads(2)
 # fvcore/torchvision call torch.jit.script at import time; the notice is not ours
-pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script:FutureWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script")  # any category
 
 
 def fwd(count: FlopCount, kind: str) -> int:

@@ -568,7 +568,8 @@ def trace_flops(
     ``saved_tensors_hooks`` pack/unpack pair) record the saved tensors in the same (real)
     forward, so one forward serves both counts."""
     with warnings.catch_warnings():  # fvcore.nn torch.jit.scripts a loss at import
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script", category=FutureWarning)
+        # the deprecation notice is a FutureWarning in torch 2.14, a DeprecationWarning in 2.11
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script")
         from fvcore.nn import FlopCountAnalysis
 
     counter = _GraphCounter(args, _unique_state(model))
