@@ -400,6 +400,27 @@ def test_ncu_counters_missing_on_some_kernels_are_said_not_hidden():
     assert p["ai_note"] == "ncu: 3 kernel(s) without FLOP counters (n/a): the AI leaves them out"
 
 
+def test_ncu_dram_bytes_under_the_analytic_minimum_are_said():
+    # the minimum is 1e9 bytes a step; a large L2 (or missed kernels) can read under it
+    def note(dram, incomplete=None):
+        totals = {"flop": {"total": 2.2e10}, "bytes": {"dram": dram}}
+        if incomplete:
+            totals["incomplete"] = incomplete
+        ncu = {("local", "resnet18", "fp32", 16): {"totals": totals, **STEP_BYTES}}
+        p = points_for(LOCAL_RUNS, ncu=ncu).iloc[0]
+        assert p["ai_source"] == "ncu" and p["bytes_per_step"] == dram  # ncu's AI is kept
+        return None if pd.isna(p["ai_note"]) else p["ai_note"]
+
+    assert note(4e8) == (
+        "ncu's DRAM bytes (4e+08) are 60% under the analytic minimum (1e+09), so its AI is "
+        "above the analytic range: the cache kept data the minimum moves once per step, or "
+        "the capture missed kernels"
+    )
+    assert note(0.96e9) is None and note(3e9) is None  # within 5%, or above
+    both = note(4e8, {"bytes.dram": 2})
+    assert both.startswith("ncu: 2 kernel(s) without DRAM counters") and "; ncu's DRAM" in both
+
+
 def test_zero_ncu_flops_is_a_broken_capture():
     ncu = {
         ("local", "resnet18", "fp32", 16): {

@@ -222,7 +222,9 @@ def test_gpu_points_take_ncus_ai_where_its_counters_are_trusted(merged):
     points = points_of(merged)
     kernel, step = parse_ncu_csv(KERNEL_CSV)["totals"], parse_ncu_csv(STEP_CSV)["totals"]
     bf16 = points[("h100", "bf16")]
-    assert bf16["ai_source"] == "ncu" and not bf16["ai_note"]
+    assert bf16["ai_source"] == "ncu"
+    # the fixture step's DRAM bytes are not this resnet18 bs2's: under its analytic minimum
+    assert bf16["ai_note"].startswith("ncu's DRAM bytes (3.02e+08) are 24% under")
     assert math.isclose(float(bf16["ai"]), kernel["flop"]["total"] / step["bytes"]["dram"])
     attained = kernel["flop"]["total"] / float(bf16["step_median_s"])
     assert math.isclose(float(bf16["attained_flops"]), attained, rel_tol=1e-9)

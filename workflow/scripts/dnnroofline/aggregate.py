@@ -513,6 +513,27 @@ def ncu_note(ncu: Mapping | None) -> str | None:
     return None
 
 
+#: How far under the analytic minimum ncu's DRAM bytes may read before the point says so.
+BELOW_MINIMUM_RTOL = 0.05
+
+
+def dram_below_minimum(dram_bytes: float, complexity: Mapping | None, precision: str) -> str | None:
+    """What a point whose ncu DRAM bytes are under the analytic minimum must say: its AI is
+    above the analytic range's top. The minimum moves each weight, gradient, optimizer
+    state and input once per step; a cache that holds some of them across kernels or
+    steps (an H100's 50 MB L2) reads under it, and so does a capture that missed kernels."""
+    if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
+        return None
+    _, minimum = analytic_counts(complexity, precision, "complexity")
+    if dram_bytes >= minimum * (1 - BELOW_MINIMUM_RTOL):
+        return None
+    return (
+        f"ncu's DRAM bytes ({dram_bytes:.3g}) are {1 - dram_bytes / minimum:.0%} under the "
+        f"analytic minimum ({minimum:.3g}), so its AI is above the analytic range: the cache "
+        "kept data the minimum moves once per step, or the capture missed kernels"
+    )
+
+
 #: The totals a capture's AI sums over kernels, with their names (totals.incomplete keys).
 INCOMPLETE_TOTALS = (("flop.total", "FLOP counters"), ("bytes.dram", "DRAM counters"))
 
@@ -691,6 +712,9 @@ def roofline_points_frame(
                     f"and no usable ncu counters ({ncu_where}) for env {env!r} {precision}"
                 )
             counts = analytic_counts(comp, precision, cwhere)
+        if ai_source == "ncu":
+            below = dram_below_minimum(counts[1], complexity.get((model, batch)), precision)
+            row["ai_note"] = "; ".join(n for n in (row["ai_note"], below) if n) or None
         compute, memory = _peaks(env, precision, ceilings, ceilings_sources)
         p = roofline.evaluate_point(
             counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
