@@ -112,14 +112,14 @@ def requirement_lines(path: Path) -> list[str]:
 def wheel_roots(part: str, requirements: Path) -> dict[str, list[str]]:
     """What the GPU machine will install, with requirements.txt's bounds: all of
     requirements.txt, or (``measure``) Snakemake and the measuring stages' packages."""
-    from dnnroofline import lockfile
+    from dnnroofline import gpu_wheels, lockfile
 
-    bounds = lockfile.parse_requirements(requirement_lines(requirements), str(requirements))
+    bounds = gpu_wheels.parse_requirements(requirement_lines(requirements), str(requirements))
     if part == "all":
         return bounds
     names = {"snakemake"}
-    for env_file in lockfile.MEASURE_ENV_FILES:
-        deps = lockfile.env_file_dependencies((ROOT / env_file).read_text())
+    for env_file in gpu_wheels.MEASURE_ENV_FILES:
+        deps = gpu_wheels.env_file_dependencies((ROOT / env_file).read_text())
         names |= set(lockfile.conda_pins({"dependencies": deps}, env_file)) - {"python"}
     return {name: bounds.get(name, []) for name in sorted(names)}
 
@@ -138,18 +138,20 @@ def wheels(
     (INSTALLED) meets every bound on it. Pure-Python sdists are built into wheels, so that
     pip installs them there without an index. DEST/requirements.txt says what to install."""
     _package()
-    from dnnroofline import lockfile
+    from dnnroofline import gpu_wheels, lockfile
     from dnnroofline.errors import InputError
 
     python_version = python_version or lockfile.LOCK_PYTHON
     try:
         pins = lockfile.parse_lock(lock.read_text(), str(lock))
-        have = lockfile.parse_installed(installed.read_text(), str(installed)) if installed else {}
+        have = {}
+        if installed:
+            have = gpu_wheels.parse_installed(installed.read_text(), str(installed))
         roots = wheel_roots(part, requirements)
     except (InputError, OSError) as exc:
         print(f"gpu-wheels: error: {exc}", file=sys.stderr)
         return 2
-    wanted = lockfile.wheel_pins(pins, have)
+    wanted = gpu_wheels.wheel_pins(pins, have)
     dest.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip"]
     target = ["--python-version", python_version, "--implementation", "cp"]
@@ -177,11 +179,11 @@ def wheels(
         sdist.unlink()
     files = {lockfile.canonical_name(f.name.split("-")[0]): f for f in dest.glob("*.whl")}
     requires = {
-        name: lockfile.requires_dist(wheel_metadata(path), python_version)
+        name: gpu_wheels.requires_dist(wheel_metadata(path), python_version)
         for name, path in files.items()
         if name in wanted
     }
-    bring, missing = lockfile.wheels_to_bring(roots, requires, have)
+    bring, missing = gpu_wheels.wheels_to_bring(roots, requires, have)
     if missing:
         needs = "; ".join(f"{n} (for {', '.join(sorted(set(w)))})" for n, w in missing.items())
         print(

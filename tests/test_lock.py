@@ -13,7 +13,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from dnnroofline import lockfile
+from dnnroofline import gpu_wheels, lockfile
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,14 +265,14 @@ def test_parse_installed_reads_pip_freeze_and_bare_names():
         "PyYAML==6.0.3\nfoo @ file:///wheels/foo.whl\n-e git+https://x#egg=y\n"
         "bar[cli] == 1.0\n# c\n\nnumpy\n"
     )
-    assert lockfile.parse_installed(freeze, "freeze.txt") == {
+    assert gpu_wheels.parse_installed(freeze, "freeze.txt") == {
         "pyyaml": "6.0.3",
         "foo": None,
         "bar": "1.0",
         "numpy": None,
     }
     with pytest.raises(InputError, match=r"freeze.txt line 2: 'numpy>=2' is not a package name"):
-        lockfile.parse_installed("six==1.17\nnumpy>=2\n", "freeze.txt")
+        gpu_wheels.parse_installed("six==1.17\nnumpy>=2\n", "freeze.txt")
 
 
 def test_wheel_pins_download_all_but_the_torch_stack_and_what_the_machine_has_at_that_version():
@@ -289,12 +289,12 @@ def test_wheel_pins_download_all_but_the_torch_stack_and_what_the_machine_has_at
     }
     installed = {"numpy": "2.4.6", "packaging": "26.3", "pandas": None, "torch": "2.11.0"}
     # candidates: whether packaging 26.3 or an unknown pandas will do is for wheels_to_bring
-    assert lockfile.wheel_pins(pins, installed) == {
+    assert gpu_wheels.wheel_pins(pins, installed) == {
         "packaging": "25.0",
         "pandas": "3.1.1",
         "snakemake": "9.27.1",
     }
-    wanted = lockfile.wheel_pins(LOCK, {})
+    wanted = gpu_wheels.wheel_pins(LOCK, {})
     assert {"snakemake", "fvcore", "altair", "vl-convert-python"} <= set(wanted)
     assert not {"torch", "torchvision", "triton"} & set(wanted)
     assert not any(n.startswith(("nvidia-", "cuda-")) for n in wanted)
@@ -312,38 +312,38 @@ Requires-Dist: numpy>=1.20
 
 
 def test_requires_dist_keeps_what_applies_on_that_python_on_linux():
-    assert lockfile.requires_dist(METADATA, "3.12") == [
+    assert gpu_wheels.requires_dist(METADATA, "3.12") == [
         ("packaging", "<26,>=24.0"),
         ("pulp", "<3.4,>=2.3.1"),
         ("numpy", ">=1.20"),
     ]
-    assert ("tomli", "") in lockfile.requires_dist(METADATA, "3.10")
+    assert ("tomli", "") in gpu_wheels.requires_dist(METADATA, "3.10")
 
 
 def test_machine_meets_bounds_and_an_unknown_version_meets_floors_not_caps():
-    assert lockfile.machine_meets("2.5.2", [">=1.26", ">=1.20"])
-    assert lockfile.machine_meets("2.11.0+cu130", [">=2.4"])  # a local label is a build
-    assert not lockfile.machine_meets("26.3", ["<26,>=24.0"])
-    assert lockfile.machine_meets(None, [">=1.26", ""])
-    assert not lockfile.machine_meets(None, ["<26,>=24.0"])
-    assert not lockfile.machine_meets(None, ["!=3.0"])
+    assert gpu_wheels.machine_meets("2.5.2", [">=1.26", ">=1.20"])
+    assert gpu_wheels.machine_meets("2.11.0+cu130", [">=2.4"])  # a local label is a build
+    assert not gpu_wheels.machine_meets("26.3", ["<26,>=24.0"])
+    assert gpu_wheels.machine_meets(None, [">=1.26", ""])
+    assert not gpu_wheels.machine_meets(None, ["<26,>=24.0"])
+    assert not gpu_wheels.machine_meets(None, ["!=3.0"])
 
 
 def test_parse_requirements_reads_names_and_bounds_and_names_a_bad_line():
     lines = ["# c", "snakemake>=9.19,<10    # 9.19: x", "torch>=2.4", "-r other.txt", "", "PyYAML"]
-    assert lockfile.parse_requirements(lines, "r.txt") == {
+    assert gpu_wheels.parse_requirements(lines, "r.txt") == {
         "snakemake": ["<10,>=9.19"],
         "torch": [">=2.4"],
         "pyyaml": [],
     }
     with pytest.raises(InputError, match=r"r.txt line 2: 'numpy >>= 2' is not a requirement"):
-        lockfile.parse_requirements(["six", "numpy >>= 2"], "r.txt")
+        gpu_wheels.parse_requirements(["six", "numpy >>= 2"], "r.txt")
 
 
 def test_env_file_dependencies_read_as_yaml_does():
     for path in sorted((ROOT / "envs").glob("*.yaml")):
         text = path.read_text()
-        assert lockfile.env_file_dependencies(text) == yaml.safe_load(text)["dependencies"]
+        assert gpu_wheels.env_file_dependencies(text) == yaml.safe_load(text)["dependencies"]
 
 
 REQUIRES = {
@@ -362,26 +362,26 @@ def test_wheels_to_bring_leave_out_what_the_machine_meets_the_bounds_with():
     # the GPU image: numpy 2.5.2 (not the locked 2.4.6) meets every bound; packaging 26.3
     # breaks snakemake's <26; torch is the machine's own whatever it is
     machine = {"numpy": "2.5.2", "packaging": "26.3", "pyyaml": "6.0.4", "torch": "2.11.0"}
-    bring, missing = lockfile.wheels_to_bring(ROOTS, REQUIRES, machine)
+    bring, missing = gpu_wheels.wheels_to_bring(ROOTS, REQUIRES, machine)
     assert bring == {"snakemake", "packaging", "pulp", "fvcore", "yacs"} and missing == {}
     # nothing known of the machine: everything but the torch stack
-    bring, _ = lockfile.wheels_to_bring(ROOTS, REQUIRES, {})
+    bring, _ = gpu_wheels.wheels_to_bring(ROOTS, REQUIRES, {})
     assert bring == set(REQUIRES)
     # names without versions (the GPU image's package list): floors met, caps not
     names = dict.fromkeys(["numpy", "packaging", "pyyaml", "pulp", "yacs"])
-    bring, _ = lockfile.wheels_to_bring(ROOTS, REQUIRES, names)
+    bring, _ = gpu_wheels.wheels_to_bring(ROOTS, REQUIRES, names)
     assert bring == {"snakemake", "fvcore", "packaging", "pulp"}
 
 
 def test_wheels_to_bring_follow_only_what_is_brought_and_name_what_cannot_be():
     # fvcore on the machine (meets its bounds): its yacs is the machine's concern
     machine = {"fvcore": "0.1.5", "numpy": "2.5.2", "torch": "2.11.0"}
-    bring, _ = lockfile.wheels_to_bring({"fvcore": [], "numpy": []}, REQUIRES, machine)
+    bring, _ = gpu_wheels.wheels_to_bring({"fvcore": [], "numpy": []}, REQUIRES, machine)
     assert bring == set()
     # a dependency that is neither locked (downloadable) nor on the machine
     roots = {"snakemake": []}
     requires = {"snakemake": [("tomli", ""), ("torch", ">=3")]}
-    bring, missing = lockfile.wheels_to_bring(roots, requires, {})
+    bring, missing = gpu_wheels.wheels_to_bring(roots, requires, {})
     assert bring == {"snakemake"} and missing == {"tomli": ["snakemake"]}
 
 

@@ -147,11 +147,11 @@ def test_measure_only_measures_and_another_machine_analyses_the_copy(tmp_path):
 
 
 def test_measure_needs_only_the_measuring_env_files():
-    """make gpu-wheels PART=measure brings the packages of lockfile.MEASURE_ENV_FILES: every
+    """make gpu-wheels PART=measure brings the packages of gpu_wheels.MEASURE_ENV_FILES: every
     rule that `snakemake measure` can run (CUDA, CPU and perf envs) must use one of them."""
     from test_conda_envs import rule_blocks
 
-    from dnnroofline.lockfile import MEASURE_ENV_FILES
+    from dnnroofline.gpu_wheels import MEASURE_ENV_FILES
 
     config = {"envs": {"gpu": {"device": "auto"}, "cpu": {"device": "cpu", "threads": 1}},
               "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
