@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -213,10 +214,25 @@ def wheel_metadata(path: Path) -> str:
         return whl.read(name).decode("utf-8", errors="replace")
 
 
+#: What the study makes beyond its measurements needs (the complexity, plots and report):
+#: a venv from make gpu-wheels PART=measure lacks them.
+ANALYSIS_MODULES = ("fvcore", "matplotlib", "altair", "vl_convert")
+
+
 def run(cores: str) -> int:
     os.chdir(ROOT)
     if find_gpu() is None:
         return detect() and 0
+    missing = [m for m in ANALYSIS_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"gpu-check: this venv lacks {', '.join(missing)}, which the complexity, plots and "
+            "report need: its wheels were made for measuring only (make gpu-wheels "
+            "PART=measure). Run `snakemake measure` here and analyse elsewhere (README: "
+            "Measure there, analyse here), or bring every wheel (make gpu-wheels PART=all).",
+            file=sys.stderr,
+        )
+        return 1
     steps = [
         ["snakemake", "--cores", cores, "--configfile", CONFIG, "--keep-going"],
         ["snakemake", "--configfile", CONFIG, "--report", "results/report.html"],

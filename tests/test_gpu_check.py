@@ -59,6 +59,25 @@ def test_detect_names_the_gpu_that_nvidia_smi_lists(tmp_path):
     assert out.stdout.strip() == "gpu-check: found NVIDIA H100 80GB HBM3"
 
 
+def test_gpu_check_refuses_a_venv_made_for_measuring_only(tmp_path):
+    # python -S: no site-packages, as a venv from make gpu-wheels PART=measure lacks the
+    # analysis packages; the study would fail at its first plot after the measurements
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0b1c)'\n")
+    smi.chmod(0o755)
+    out = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "scripts" / "gpu_check.py"), "run"],
+        env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "this venv lacks fvcore, matplotlib, altair, vl_convert" in out.stderr
+    assert "snakemake measure" in out.stderr
+    assert "gpu-check: snakemake" not in out.stdout  # refused before the study started
+
+
 # --------------------------------------------------------------------------- gpu-wheels
 
 SETUP_PY_PLATFORM_WHEEL = """\
