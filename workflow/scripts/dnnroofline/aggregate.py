@@ -517,14 +517,16 @@ def ncu_note(ncu: Mapping | None) -> str | None:
 BELOW_MINIMUM_RTOL = 0.05
 
 
-def dram_below_minimum(dram_bytes: float, complexity: Mapping | None, precision: str) -> str | None:
+def dram_below_minimum(
+    dram_bytes: float, complexity: Mapping | None, precision: str, where: str
+) -> str | None:
     """What a point whose ncu DRAM bytes are under the analytic minimum must say: its AI is
     above the analytic range's top. The minimum moves each weight, gradient, optimizer
     state and input once per step; a cache that holds some of them across kernels or
     steps (an H100's 50 MB L2) reads under it, and so does a capture that missed kernels."""
     if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
         return None
-    _, minimum = analytic_counts(complexity, precision, "complexity")
+    _, minimum = analytic_counts(complexity, precision, where)
     if dram_bytes >= minimum * (1 - BELOW_MINIMUM_RTOL):
         return None
     return (
@@ -698,30 +700,27 @@ def roofline_points_frame(
         if perf_c is not None and g["nproc"] > 1:
             # perf stat counts the whole process tree: every rank; a point is one rank's
             perf_c = (perf_c[0] / g["nproc"], perf_c[1] / g["nproc"])
+        cwhere = f"results/complexity/{model}_bs{batch}.json"
+        comp = complexity.get((model, batch))
         if counts is not None:
             ai_source = "ncu"
+            below = dram_below_minimum(counts[1], comp, precision, cwhere)
+            row["ai_note"] = "; ".join(n for n in (row["ai_note"], below) if n) or None
         elif perf_c is not None:
             counts, ai_source = perf_c, "perf"
         else:
             ai_source = "analytic"
-            cwhere = f"results/complexity/{model}_bs{batch}.json"
-            comp = complexity.get((model, batch))
             if comp is None:
                 raise InputError(
                     f"no complexity data for model {model!r} batch {batch} (expected {cwhere}) "
                     f"and no usable ncu counters ({ncu_where}) for env {env!r} {precision}"
                 )
             counts = analytic_counts(comp, precision, cwhere)
-        if ai_source == "ncu":
-            below = dram_below_minimum(counts[1], complexity.get((model, batch)), precision)
-            row["ai_note"] = "; ".join(n for n in (row["ai_note"], below) if n) or None
         compute, memory = _peaks(env, precision, ceilings, ceilings_sources)
         p = roofline.evaluate_point(
             counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
         )
-        ai_low, ai_high = analytic_ai_range(
-            complexity.get((model, batch)), precision, ceilings[env].get("llc_bytes")
-        )
+        ai_low, ai_high = analytic_ai_range(comp, precision, ceilings[env].get("llc_bytes"))
         bound = p.bound
         if ai_source == "analytic" and math.isfinite(ai_low):
             bound = traffic.bound_of_range(ai_low, ai_high, p.ridge_ai)

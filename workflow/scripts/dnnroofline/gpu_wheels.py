@@ -63,19 +63,19 @@ _CAPS = ("<", "<=", "==", "===", "~=", "!=")
 
 
 def _packaging():
-    """packaging's requirements, markers and versions: pip's own copy on a bare python3
-    (make gpu-wheels runs before any venv exists)."""
+    """packaging's markers, requirements, specifiers and versions: pip's own copy on a bare
+    python3 (make gpu-wheels runs before any venv exists)."""
     try:
-        from packaging import markers, requirements, version
+        from packaging import markers, requirements, specifiers, version
     except ImportError:  # pragma: no cover - every venv here has packaging
-        from pip._vendor.packaging import markers, requirements, version
-    return markers, requirements, version
+        from pip._vendor.packaging import markers, requirements, specifiers, version
+    return markers, requirements, specifiers, version
 
 
 def parse_requirements(lines: list[str], where: str) -> dict[str, list[str]]:
     """``{canonical name: [specifier, ...]}`` of requirement lines (comments, options and
     ``-r`` includes are the caller's). A line that is no requirement is an InputError."""
-    _, requirements, _ = _packaging()
+    _, requirements, _, _ = _packaging()
     out: dict[str, list[str]] = {}
     for number, raw in enumerate(lines, start=1):
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
@@ -96,7 +96,7 @@ def parse_requirements(lines: list[str], where: str) -> dict[str, list[str]]:
 def requires_dist(metadata: str, python_version: str) -> list[tuple[str, str]]:
     """``[(canonical name, specifier)]`` of a wheel's METADATA ``Requires-Dist`` lines that
     apply on CPython ``python_version`` on x86_64 Linux (extras not asked for: left out)."""
-    markers, requirements, _ = _packaging()
+    markers, requirements, _, _ = _packaging()
     target = {
         "python_version": python_version,
         "python_full_version": f"{python_version}.0",
@@ -125,8 +125,8 @@ def requires_dist(metadata: str, python_version: str) -> list[tuple[str, str]]:
 def machine_meets(version: str | None, specifiers: list[str]) -> bool:
     """Whether a machine's ``version`` of a package meets every specifier. ``None`` (a name
     listed without its version) is taken as a recent release: it meets floors, not caps."""
-    _, requirements, versions = _packaging()
-    specs = [requirements.Requirement(f"x{s}").specifier for s in specifiers if s]
+    _, _, specifier_sets, versions = _packaging()
+    specs = [specifier_sets.SpecifierSet(s) for s in specifiers if s]
     if version is None:
         return not any(spec.operator in _CAPS for group in specs for spec in group)
     release = versions.Version(version.split("+", 1)[0])  # 2.11.0+cu130 is a 2.11.0
@@ -145,8 +145,9 @@ def wheels_to_bring(
     ``installed``: the machine's packages (:func:`parse_installed`). A package is brought
     when it is needed (a root, or a dependency of one brought) and the machine's own
     does not meet the specifiers on it of the roots and of the packages brought; the
-    torch stack is always the machine's. Fewer packages brought means fewer specifiers,
-    so this repeats until nothing more can be left out.
+    torch stack is always the machine's. It starts from every downloadable package brought
+    (the most specifiers); fewer brought means fewer specifiers, so it repeats until
+    nothing more can be left out.
     """
 
     def provided(name: str, bring: set[str]) -> bool:
@@ -158,7 +159,7 @@ def wheels_to_bring(
         specs += [s for q in bring if q != name for dep, s in requires.get(q, ()) if dep == name]
         return machine_meets(installed[name], specs)
 
-    bring: set[str] | None = None
+    bring = set(requires)
     while True:
         needed: set[str] = set()
         missing: dict[str, list[str]] = {}
@@ -169,13 +170,10 @@ def wheels_to_bring(
             if name in seen:
                 continue
             seen.add(name)
-            if bring is not None and provided(name, bring):
-                continue
-            if bring is None and _TORCH_STACK.match(name):
+            if provided(name, bring):
                 continue
             if name not in requires:
-                if not provided(name, set()):
-                    missing.setdefault(name, []).append(who)
+                missing.setdefault(name, []).append(who)
                 continue
             needed.add(name)
             stack += [(dep, name) for dep, _ in requires[name]]
