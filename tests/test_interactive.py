@@ -325,3 +325,33 @@ def test_ai_range_bars_span_low_to_high(points):
     assert enc["y"]["field"] == "flops"  # through the point, at its attained FLOP/s
     by = {(r["model"], r["batch"]): r for r in layer_rows(spec, it.POINTS)}
     assert "straddles the ridge" in by[("resnet50", 8)]["lever"]
+
+
+def test_ai_axis_widens_so_that_roof_labels_clear_a_high_ai_point(points):
+    def x_domain(pts):
+        spec = it.roofline_chart(pts, {"local": ceilings()}).to_dict()
+        return layer(spec, "memory_roofs")["encoding"]["x"]["scale"]["domain"]
+
+    # AI 5000 just under the fp32 measured roof (100 GFLOP/s), whose label sits below it
+    # at the right edge: the edge moves right a decade at a time until the label clears it
+    high = pd.concat([points, pd.DataFrame([point("local", "resnet50", 32, 5e3, 95e9)])])
+    low = pd.concat([points, pd.DataFrame([point("local", "resnet50", 32, 5e3, 2e9)])])
+    assert x_domain(low)[1] == 1e5  # the same AI far below the labels: no widening
+    assert x_domain(high)[1] > 1e5
+
+
+def test_batch_labels_keep_apart_and_coincident_points_share_one(points):
+    # fp16 at resnet50 bs8 runs as fp32 does: one "bs8" for the pair, not two overlaid;
+    # bs32 lands right next to them: its label takes another spot
+    extra = [
+        point("local", "resnet50", 8, 40.0, 62.5e9, precision="fp16", peak=800e9),
+        point("local", "resnet50", 32, 41.0, 66e9),
+    ]
+    chart = it.roofline_chart(pd.concat([points, pd.DataFrame(extra)]), {"local": ceilings()})
+    spec = chart.to_dict()
+    rows = layer_rows(spec, "batch_labels")
+    assert sorted(r["label"] for r in rows) == ["bs16", "bs32", "bs8", "bs8"]
+    by = {(r["ai"], r["label"]): (r["dx"], r["dy"]) for r in rows}
+    assert by[(40.0, "bs8")] != by[(41.0, "bs32")]
+    mark = layer(spec, "batch_labels")["mark"]
+    assert mark["dx"] == {"expr": "datum.dx"} and mark["align"] == {"expr": "datum.align"}

@@ -22,7 +22,15 @@ from dnnroofline.plots import (
     plot_roofline,
     plot_throughput,
 )
-from dnnroofline.roof_labels import LABEL_HEIGHT_PT, place_labels
+from dnnroofline.roof_labels import (
+    LABEL_HEIGHT_PT,
+    Box,
+    Obstacle,
+    place_labels,
+    place_point_labels,
+    point_label_box,
+    right_edge_clear_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -264,6 +272,69 @@ def test_place_labels_keeps_close_roofs_legible(lines):
     )
     if lines == [10.0, 22.0]:
         assert all(abs(c - y) <= LABEL_HEIGHT_PT for c, y in zip(centres, lines, strict=True))
+
+
+LABEL = (160.0, 100.0, 108.0)  # a roof label 160 pt wide, its box 100..108 pt high
+
+
+def test_right_edge_moves_a_decade_at_a_time_until_the_roof_labels_clear_the_points():
+    # AI 2000 on 1..1e4 over 700 pt sits at 578 pt, under a label reaching from 537 pt
+    under = Obstacle(2000, 2000, 3.5, 27.0, 96.0, 112.0)
+    assert right_edge_clear_of(1, 1e4, 700, [LABEL], [under]) == 1e5
+    # the same AI far below the label, or with no label at all: the edge stays
+    below = Obstacle(2000, 2000, 3.5, 27.0, 20.0, 36.0)
+    assert right_edge_clear_of(1, 1e4, 700, [LABEL], [below]) == 1e4
+    assert right_edge_clear_of(1, 1e4, 700, [], [under]) == 1e4
+    # an AI range bar reaching under the label counts as well as a point
+    bar = Obstacle(10, 3000, 3.5, 3.5, 101.0, 107.0)
+    assert right_edge_clear_of(1, 1e4, 700, [LABEL], [bar]) > 1e4
+    # none clears within max_decades: the edge that covers fewest points
+    stuck = Obstacle(1e4, 1e4, 3.5, 27.0, 96.0, 112.0)
+    assert right_edge_clear_of(1, 1e4, 700, [LABEL], [under, stuck], max_decades=1) == 1e5
+
+
+SPOT = {"dx": 7.0, "dy": 5.0, "height": 7.5}  # a batch label's offsets and height (pt)
+
+
+def test_point_labels_keep_clear_of_markers_labels_and_roof_labels():
+    kw = {"radius": 3.5, **SPOT}
+    # two batch sizes of one sweep, close together: both labelled, apart
+    points = [(100.0, 100.0, "bs8", 15.0, False), (104.0, 103.0, "bs16", 20.0, True)]
+    spots = place_point_labels(points, **kw)
+    boxes = [
+        point_label_box(x, y, w, s, **SPOT)
+        for (x, y, _, w, _), s in zip(points, spots, strict=True)
+    ]
+    assert not boxes[0].overlaps(boxes[1])
+    for box in boxes:
+        assert not any(box.overlaps(Box(x - 3.5, y - 3.5, x + 3.5, y + 3.5)) for x, y, *_ in points)
+    # a lone point takes its preferred spot, unless a roof label is there
+    assert place_point_labels([(100.0, 100.0, "bs8", 15.0, False)], **kw) == [("right", "above", 0)]
+    roof_label = Box(90.0, 104.0, 300.0, 112.0)
+    spot = place_point_labels([(100.0, 100.0, "bs8", 15.0, False)], [roof_label], **kw)[0]
+    assert not point_label_box(100.0, 100.0, 15.0, spot, **SPOT).overlaps(roof_label)
+
+
+def test_coincident_points_of_one_batch_share_their_label():
+    # amp and bf16 at one batch often run alike: one "bs256" for the pair, not two overlaid
+    kw = {"radius": 3.5, **SPOT}
+    points = [(100.0, 100.0, "bs256", 20.0, False), (100.5, 101.0, "bs256", 20.0, False)]
+    spots = place_point_labels(points, **kw)
+    assert spots.count(None) == 1
+    # another batch at the same spot keeps its own label
+    points[1] = (100.5, 101.0, "bs64", 15.0, False)
+    assert None not in place_point_labels(points, **kw)
+
+
+def test_roofline_widens_its_ai_axis_so_that_roof_labels_clear_a_high_ai_point(tmp_path):
+    _, pts = build(LOCAL_RUNS)
+    # one point at AI 5000, just under the fp32 measured roof (2e11), whose label is
+    # right-aligned at the axis' right end just below the line
+    pts.loc[pts.index[0], ["ai", "ai_low", "ai_high", "attained_flops"]] = [5e3, 5e3, 5e3, 1.9e11]
+    default = plot_roofline(pts, CEILINGS, None, tmp_path / "a.svg", "t")["x_max"]
+    pts.loc[pts.index[0], "attained_flops"] = 1e10  # the same AI, far below the labels
+    assert plot_roofline(pts, CEILINGS, None, tmp_path / "b.svg", "t")["x_max"] == 1e5
+    assert default >= 1e6
 
 
 def test_two_envs_of_one_machine_share_a_roof_label(tmp_path):

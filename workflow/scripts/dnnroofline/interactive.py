@@ -42,11 +42,24 @@ from dnnroofline import roofline
 from dnnroofline.aggregate import plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.report.compare import short_lever as lever
-from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, place_labels, si
+from dnnroofline.roof_labels import (
+    Box,
+    Obstacle,
+    compute_roof_labels,
+    memory_roof_labels,
+    place_labels,
+    place_point_labels,
+    right_edge_clear_of,
+    si,
+)
 
 WIDTH = 720
 HEIGHT = 440
 LABEL_HEIGHT_PX = 13.0  # a 10 px label's box, with a little air
+LABEL_CHAR_PX = 5.2  # a 10 px sans-serif label's mean character width, a little over
+POINT_RADIUS_PX = 6.0  # a point mark of area 110 px², with its stroke
+BATCH_LABEL_PX = 9  # a point's batch label: its font size, offsets and box height
+BATCH_LABEL_DX_PX, BATCH_LABEL_DY_PX, BATCH_LABEL_BOX_PX = 8, 6, 11
 # a roof label, right-aligned at the chart's right edge, its row's pixel offset ("dy")
 LABEL_MARK = dict(
     align="right", baseline="middle", dx=-4, dy=alt.expr("datum.dy"), fontSize=10, clip=True
@@ -293,6 +306,54 @@ def _decade_range(values, lo_pad, hi_pad):
 # --------------------------------------------------------------------------- chart
 
 
+def batch_label_frame(pts: pd.DataFrame, x_px, y_px, roof_labels) -> pd.DataFrame:
+    """One row per batch label to draw (``bs{batch}`` at its point, with its pixel
+    offsets and alignment): each at a spot clear of the points, the other labels and the
+    roof labels (``(text, centre height)``, right-aligned at the right edge), in pixels
+    of the chart as first drawn; points of one batch that coincide share one label."""
+    char_px = LABEL_CHAR_PX * BATCH_LABEL_PX / LABEL_MARK["fontSize"]
+    right = WIDTH + LABEL_MARK["dx"]
+    blocked = [
+        Box(
+            right - LABEL_CHAR_PX * len(text),
+            c - LABEL_HEIGHT_PX / 2,
+            right,
+            c + LABEL_HEIGHT_PX / 2,
+        )
+        for text, c in roof_labels
+    ]
+    labels = [f"bs{int(b)}" for b in pts["batch"]]
+    spots = place_point_labels(
+        [
+            (x_px(ai), y_px(f), text, char_px * len(text), False)
+            for ai, f, text in zip(pts["ai"], pts["flops"], labels, strict=True)
+        ],
+        blocked,
+        radius=POINT_RADIUS_PX,
+        dx=BATCH_LABEL_DX_PX,
+        dy=BATCH_LABEL_DY_PX,
+        height=BATCH_LABEL_BOX_PX,
+    )
+    rows = []
+    for ai, f, text, spot in zip(pts["ai"], pts["flops"], labels, spots, strict=True):
+        if spot is None:
+            continue
+        side, level, step = spot
+        rise = BATCH_LABEL_DY_PX + step * BATCH_LABEL_BOX_PX
+        rows.append(
+            {
+                "ai": ai,
+                "flops": f,
+                "label": text,
+                "align": "left" if side == "right" else "right",
+                "dx": BATCH_LABEL_DX_PX if side == "right" else -BATCH_LABEL_DX_PX,
+                "baseline": "bottom" if level == "above" else "top",
+                "dy": -rise if level == "above" else rise,  # Vega's y grows downwards
+            }
+        )
+    return pd.DataFrame(rows, columns=["ai", "flops", "label", "align", "dx", "baseline", "dy"])
+
+
 def roofline_chart(
     points: pd.DataFrame,
     ceilings_by_env: Mapping[str, Mapping],
@@ -326,6 +387,45 @@ def roofline_chart(
     ys = list(pts["flops"]) + list(kern["flops"]) + peaks
     xlo, xhi = _decade_range(xs, 4, 4)
     ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
+    decades = math.log10(yhi) - math.log10(ylo)
+
+    def y_px(y: float) -> float:
+        return HEIGHT * (math.log10(y) - math.log10(ylo)) / decades
+
+    # one label per distinct roof, placed apart from close roofs' labels (roof_labels),
+    # in pixels of the chart as first drawn: a zoom keeps each label next to its line;
+    # the right edge moves right until the labels clear the points
+    roof_labels = compute_roof_labels(
+        ((s["env"], s["precision"], s["source"], s["peak"], s["ridge"]) for s in specs), combined
+    )
+    heights = [y_px(peak) for *_, peak in roof_labels]
+    placed = place_labels(
+        heights, [lab.prefer_above for lab in roof_labels.values()], height=LABEL_HEIGHT_PX
+    )
+    xhi = right_edge_clear_of(
+        xlo,
+        xhi,
+        WIDTH,
+        [
+            (LABEL_CHAR_PX * len(lab.text), c - LABEL_HEIGHT_PX / 2, c + LABEL_HEIGHT_PX / 2)
+            for lab, c in zip(roof_labels.values(), placed, strict=True)
+        ],
+        [
+            Obstacle(
+                min(r.ai, r.ai_low) if _isnum(r.ai_low) else r.ai,
+                max(r.ai, r.ai_high) if _isnum(r.ai_high) else r.ai,
+                POINT_RADIUS_PX,
+                POINT_RADIUS_PX,
+                y_px(r.flops) - POINT_RADIUS_PX,
+                y_px(r.flops) + POINT_RADIUS_PX,
+            )
+            for r in pts.itertuples(index=False)
+        ],
+        gap=-LABEL_MARK["dx"],
+    )
+
+    def x_px(x: float) -> float:
+        return WIDTH * (math.log10(x) - math.log10(xlo)) / (math.log10(xhi) - math.log10(xlo))
 
     # series (colour): the precision, or "env · precision" when several envs share a chart
     # once each: a precision has a measured and a datasheet roof, and Vega pairs the
@@ -352,7 +452,6 @@ def roofline_chart(
 
     # ---- roofs: polylines (x, y) with one id each
     roof_rows, label_rows, ridge_rows, mem_label_rows = [], [], [], []
-    decades = math.log10(yhi) - math.log10(ylo)
     # memory roofs: one label per distinct roof (roof_labels), near the diagonal's lower
     # end, each next one two label heights further up: a staircase, whatever the roofs
     mem_labels = memory_roof_labels(
@@ -411,15 +510,6 @@ def roofline_chart(
                 "roof": label,
             }
         )
-    # one label per distinct roof, placed apart from close roofs' labels (roof_labels),
-    # in pixels of the chart as first drawn: a zoom keeps each label next to its line
-    roof_labels = compute_roof_labels(
-        ((s["env"], s["precision"], s["source"], s["peak"], s["ridge"]) for s in specs), combined
-    )
-    heights = [HEIGHT * (math.log10(peak) - math.log10(ylo)) / decades for *_, peak in roof_labels]
-    placed = place_labels(
-        heights, [lab.prefer_above for lab in roof_labels.values()], height=LABEL_HEIGHT_PX
-    )
     for ((prec, _source, peak), lab), y, c in zip(
         roof_labels.items(), heights, placed, strict=True
     ):
@@ -512,6 +602,12 @@ def roofline_chart(
 
     # ---- the study's points
     if len(pts):
+        batch_labels = batch_label_frame(
+            pts,
+            x_px,
+            y_px,
+            [(lab.text, c) for lab, c in zip(roof_labels.values(), placed, strict=True)],
+        )
         pick = alt.selection_point(fields=["model"], bind="legend", name="pick_model")
         zoom = alt.selection_interval(bind="scales", name="zoom")
         tips = [
@@ -562,10 +658,17 @@ def roofline_chart(
             .add_params(pick, zoom)
         )
         layers.append(
-            alt.Chart(pts, name="batch_labels")
-            .mark_text(align="left", dx=8, dy=-6, fontSize=9, color="#333333", clip=True)
+            alt.Chart(batch_labels, name="batch_labels")
+            .mark_text(
+                align=alt.expr("datum.align"),
+                baseline=alt.expr("datum.baseline"),
+                dx=alt.expr("datum.dx"),
+                dy=alt.expr("datum.dy"),
+                fontSize=BATCH_LABEL_PX,
+                color="#333333",
+                clip=True,
+            )
             .encode(x="ai:Q", y="flops:Q", text="label:N")
-            .transform_calculate(label="'bs' + datum.batch")
         )
         above = pts[pts["above_roof"]]
         if len(above):

@@ -30,8 +30,10 @@ import numpy as np
 import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 from matplotlib.transforms import blended_transform_factory
 
@@ -40,7 +42,16 @@ from dnnroofline.aggregate import group_summary, plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path
 from dnnroofline.point_inputs import ceilings_path
-from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, place_labels
+from dnnroofline.roof_labels import (
+    LABEL_HEIGHT_PT,
+    Box,
+    Obstacle,
+    compute_roof_labels,
+    memory_roof_labels,
+    place_labels,
+    place_point_labels,
+    right_edge_clear_of,
+)
 
 DPI = 150
 AXIS_X = "Arithmetic intensity (FLOP/byte)"
@@ -49,6 +60,13 @@ ABOVE_ROOF_LABEL = "above roof: check peak"
 ABOVE_ROOF_COLOR = "red"
 AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
 LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
+# Sizes (points) that the roof labels' placement reads: see _point_obstacles.
+ROOF_LABEL_PT = 7
+ROOF_LABEL_GAP_PT = 3  # between a roof label's right end and the axis' right edge
+POINT_MARKER_PT = 7
+BATCH_LABEL_PT = 6.5
+BATCH_LABEL_BOX_PT = BATCH_LABEL_PT + 1  # its box's height, with a little air
+BATCH_LABEL_DX_PT, BATCH_LABEL_DY_PT = 7, 5
 
 PRECISION_COLORS = {
     "fp32": "tab:blue",
@@ -186,9 +204,9 @@ def draw_compute_roof(
         return
     below = source == "measured" if above is None else not above
     if label_dy is None:
-        xytext, va = (-3, -3 if below else 2), "top" if below else "bottom"
+        xytext, va = (-ROOF_LABEL_GAP_PT, -3 if below else 2), "top" if below else "bottom"
     else:
-        xytext, va = (-3, label_dy), "center"
+        xytext, va = (-ROOF_LABEL_GAP_PT, label_dy), "center"
     ax.annotate(
         label,
         (x_end, peak),
@@ -196,7 +214,7 @@ def draw_compute_roof(
         textcoords="offset points",
         ha="right",
         va=va,
-        fontsize=7,
+        fontsize=ROOF_LABEL_PT,
         color=color,
     )
 
@@ -255,6 +273,54 @@ def draw_memory_roof(
         )
 
 
+def _text_width_pt(text: str, size: float) -> float:
+    """The width of ``text`` at font ``size`` (points) in the default font."""
+    width, _, _ = TextToPath().get_text_width_height_descent(
+        text, FontProperties(size=size), ismath=False
+    )
+    return width
+
+
+def _point_obstacles(ax, pts: pd.DataFrame) -> list[Obstacle]:
+    """Each point with its batch label (above or below it: both sides are kept clear),
+    and each AI range bar, as what a roof label must not cover (in points)."""
+    out = []
+    radius = POINT_MARKER_PT / 2
+    for r in pts.itertuples(index=False):
+        y = _points(ax, r.ai, r.attained_flops)[1]
+        label = BATCH_LABEL_DX_PT + _text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT)
+        reach = BATCH_LABEL_DY_PT + BATCH_LABEL_PT
+        out.append(Obstacle(r.ai, r.ai, radius, max(radius, label), y - reach, y + reach))
+        lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
+        if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
+            out.append(Obstacle(lo, hi, radius, radius, y - radius, y + radius))
+    return out
+
+
+def _draw_batch_label(ax, x: float, y: float, text: str, spot: tuple[str, str, int] | None):
+    """A point's batch label at its spot (place_point_labels); None: it shares another's.
+    A label moved away from its point to stay clear is joined to it by a thin line."""
+    if spot is None:
+        return
+    side, level, step = spot
+    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 0}
+    ax.annotate(
+        text,
+        (x, y),
+        xytext=(
+            BATCH_LABEL_DX_PT if side == "right" else -BATCH_LABEL_DX_PT,
+            (1 if level == "above" else -1) * (BATCH_LABEL_DY_PT + step * BATCH_LABEL_BOX_PT),
+        ),
+        textcoords="offset points",
+        ha="left" if side == "right" else "right",
+        va="bottom" if level == "above" else "top",
+        fontsize=BATCH_LABEL_PT,
+        color="0.2",
+        zorder=6,
+        arrowprops={**leader, "shrinkB": POINT_MARKER_PT / 2} if step else None,
+    )
+
+
 def _diagonal_angle(ax, x: float, bw: float) -> float:
     """The on-screen angle (degrees) of a memory roof of bandwidth ``bw`` at ``x``."""
     p0 = ax.transData.transform((x, x * bw))
@@ -284,7 +350,8 @@ def plot_roofline(
     > 0) must belong to one of them. With one env all its compute roofs are
     drawn; with several, only those of precisions that have points in that env
     (all of them for an env without points), each labelled with its env.
-    Returns counts: ``{"points": n, "above_roof": n, "roofs": n}``.
+    Returns counts, ``{"points": n, "above_roof": n, "roofs": n, "ai_ranges": n}``, and
+    ``x_max``: the AI axis' right edge (moved right until the roof labels clear the points).
     """
     ceilings_sources = ceilings_sources or {}
     pts = plottable_points(points)
@@ -349,6 +416,35 @@ def plot_roofline(
         ax.grid(True, which="minor", color="0.95", linewidth=0.4)
         ax.set_axisbelow(True)
 
+        # Compute roof labels: one per distinct roof, apart from each other (roof_labels),
+        # right-aligned at the right edge, which moves right until they clear the points.
+        roof_labels = compute_roof_labels(
+            ((env, prec, source, peak, peak / bw) for env, prec, source, peak, _, bw in roof_specs),
+            combined,
+        )
+        heights = [_points(ax, xhi, peak)[1] for *_, peak in roof_labels]
+        placed = place_labels(heights, [lab.prefer_above for lab in roof_labels.values()])
+        roof_dy = {key: c - y for key, y, c in zip(roof_labels, heights, placed, strict=True)}
+        label_spans = [
+            (
+                _text_width_pt(lab.text, ROOF_LABEL_PT),
+                c - LABEL_HEIGHT_PT / 2,
+                c + LABEL_HEIGHT_PT / 2,
+            )
+            for lab, c in zip(roof_labels.values(), placed, strict=True)
+        ]
+        xhi = right_edge_clear_of(
+            xlo,
+            xhi,
+            ax.get_window_extent().width * 72 / fig.dpi,
+            label_spans,
+            _point_obstacles(ax, pts),
+            gap=ROOF_LABEL_GAP_PT,
+        )
+        ax.set_xlim(xlo, xhi)
+        right = _points(ax, xhi, 1.0)[0] - ROOF_LABEL_GAP_PT
+        roof_label_boxes = [Box(right - w, lo, right, hi) for w, lo, hi in label_spans]
+
         # Roofs are drawn per env (their gids name it), labels once per distinct roof:
         # see roof_labels. Memory roofs: diagonal from the left edge to the farthest
         # ridge they join, labelled side by side across the diagonals at one x.
@@ -381,13 +477,6 @@ def plot_roofline(
             )
 
         # compute roofs: horizontal from their ridge to the right edge, ridge marked
-        roof_labels = compute_roof_labels(
-            ((env, prec, source, peak, peak / bw) for env, prec, source, peak, _, bw in roof_specs),
-            combined,
-        )
-        heights = [_points(ax, xhi, peak)[1] for *_, peak in roof_labels]
-        placed = place_labels(heights, [lab.prefer_above for lab in roof_labels.values()])
-        roof_dy = {key: c - y for key, y, c in zip(roof_labels, heights, placed, strict=True)}
         for env, prec, source, peak, _msrc, bw in roof_specs:
             color = precision_color(prec)
             ridge = peak / bw
@@ -433,8 +522,24 @@ def plot_roofline(
                         gid=_gid("sweep", env, model, prec),
                         zorder=4,
                     )
+        spots = place_point_labels(
+            [
+                (
+                    *_points(ax, r.ai, r.attained_flops),
+                    f"bs{int(r.batch_size)}",
+                    _text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT),
+                    label_below.get(idx, False),
+                )
+                for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True)
+            ],
+            roof_label_boxes,
+            radius=POINT_MARKER_PT / 2,
+            dx=BATCH_LABEL_DX_PT,
+            dy=BATCH_LABEL_DY_PT,
+            height=BATCH_LABEL_BOX_PT,
+        )
         n_ranges = 0
-        for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True):
+        for spot, r in zip(spots, pts.itertuples(index=False), strict=True):
             color = precision_color(r.precision)
             fill = env_fill[r.env] if combined else "full"
             lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
@@ -457,7 +562,7 @@ def plot_roofline(
                 [r.attained_flops],
                 linestyle="none",
                 marker=model_marker[r.model],
-                markersize=7,
+                markersize=POINT_MARKER_PT,
                 color=color,
                 markerfacecolor=color if fill != "none" else "none",
                 markerfacecoloralt="white",
@@ -467,17 +572,7 @@ def plot_roofline(
                 gid=_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
                 zorder=5,
             )
-            below = label_below.get(idx, False)
-            ax.annotate(
-                f"bs{int(r.batch_size)}",
-                (r.ai, r.attained_flops),
-                xytext=(7, -5 if below else 5),
-                textcoords="offset points",
-                va="top" if below else "bottom",
-                fontsize=6.5,
-                color="0.2",
-                zorder=6,
-            )
+            _draw_batch_label(ax, r.ai, r.attained_flops, f"bs{int(r.batch_size)}", spot)
             if _bool(r.above_roof):
                 n_above += 1
                 draw_above_roof_ring(
@@ -568,6 +663,7 @@ def plot_roofline(
         "above_roof": n_above,
         "roofs": len(roof_specs),
         "ai_ranges": n_ranges,
+        "x_max": xhi,
     }
 
 

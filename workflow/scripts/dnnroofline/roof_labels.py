@@ -1,9 +1,11 @@
-"""Roof labels for the static and the interactive rooflines (pure: no plotting library).
+"""Roof and point labels for the static and the interactive rooflines (pure: no
+plotting library).
 
 Two envs of one machine (an eager and a compiled env, say) have roofs that coincide
 (the datasheet) or nearly so (two measurements). Their labels must stay legible: a
 roof the envs share is labelled once, naming them all, and close roofs' labels are
-placed apart, never over a line.
+placed apart, never over a line. Roof labels keep clear of the points, and a point's
+batch label keeps clear of the other points, their labels and the roof labels.
 """
 
 from __future__ import annotations
@@ -113,3 +115,145 @@ def place_labels(
     for i, c in zip(by_line, sorted(out, reverse=True), strict=True):
         out[i] = c
     return out
+
+
+@dataclass(frozen=True)
+class Obstacle:
+    """What a compute roof's label must not cover: a point with its batch label, or an AI
+    range bar. x in data units (AI, a log axis), the rest in the plot's units (up positive)."""
+
+    x_lo: float
+    x_hi: float
+    pad_left: float  # beyond x_lo: the marker's radius
+    pad_right: float  # beyond x_hi: the marker's radius and its batch label
+    y_lo: float
+    y_hi: float
+
+
+def right_edge_clear_of(
+    xlo: float,
+    xhi: float,
+    width: float,
+    labels: Iterable[tuple[float, float, float]],
+    obstacles: Iterable[Obstacle],
+    *,
+    gap: float = 3.0,
+    max_decades: int = 3,
+) -> float:
+    """The log x axis' right edge at which no compute roof label covers a point.
+
+    Roof labels are right-aligned ``gap`` short of the right edge, so a point of high AI
+    sits under them (an H100's AI of 100–300 FLOP/B under its fp32 and tf32 labels).
+    ``labels``: ``(width, y_lo, y_hi)`` of each, in the plot's units; ``width`` is the
+    axis' length in them. Widening the axis a decade moves the points left of the labels:
+    the edge is ``xhi`` or the nearest decade beyond it (at most ``max_decades``) that
+    clears every point, else the one that covers fewest."""
+    labels, obstacles = list(labels), list(obstacles)
+    best: tuple[int, float] | None = None
+    for extra in range(max_decades + 1):
+        hi = xhi * 10**extra
+        scale = width / (math.log10(hi) - math.log10(xlo))
+
+        def at(x: float, scale: float = scale) -> float:
+            return (math.log10(x) - math.log10(xlo)) * scale
+
+        covered = sum(
+            1
+            for w, lab_lo, lab_hi in labels
+            for o in obstacles
+            if at(o.x_lo) - o.pad_left < width - gap
+            and at(o.x_hi) + o.pad_right > width - gap - w
+            and o.y_lo < lab_hi
+            and o.y_hi > lab_lo
+        )
+        if covered == 0:
+            return hi
+        if best is None or covered < best[0]:
+            best = (covered, hi)
+    assert best is not None
+    return best[1]
+
+
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box in the plot's units (up positive)."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def overlaps(self, other: Box) -> bool:
+        return (
+            self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
+        )
+
+
+#: A batch label's spots around its point, as (side, level, step): nearest first; a step
+#: moves the label one label height further up or down. Its own level on the right first.
+POINT_LABEL_SPOTS = tuple(
+    (side, level, step)
+    for step in range(3)
+    for side in ("right", "left")
+    for level in ("above", "below")
+)
+
+
+def point_label_box(
+    x: float,
+    y: float,
+    width: float,
+    spot: tuple[str, str, int],
+    *,
+    dx: float,
+    dy: float,
+    height: float,
+) -> Box:
+    """The box of a label ``width`` wide at ``spot`` of the point at (x, y): its near
+    corner ``dx`` to the side and ``dy`` (plus ``step`` label heights) above or below
+    the point's centre."""
+    side, level, step = spot
+    x0 = x + dx if side == "right" else x - dx - width
+    rise = dy + step * height
+    y0 = y + rise if level == "above" else y - rise - height
+    return Box(x0, y0, x0 + width, y0 + height)
+
+
+def _overlap(a: Box, b: Box) -> float:
+    return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+
+
+def place_point_labels(
+    points: list[tuple[float, float, str, float, bool]],
+    blocked: Iterable[Box] = (),
+    *,
+    radius: float,
+    dx: float,
+    dy: float,
+    height: float,
+) -> list[tuple[str, str, int] | None]:
+    """The spot of each point's batch label: ``points`` are ``(x, y, label, label width,
+    prefers below)`` in the plot's units. A label takes the first spot, its preferred
+    level on the right first, that covers no point's marker (``radius``), no label
+    placed before it and no ``blocked`` box (the roof labels); where none is free, the
+    one that covers least. A point whose marker overlaps a labelled point's with the
+    same label (two precisions of one batch that run alike) shares that label: None.
+    Points are labelled left to right, so a sweep's labels alternate as its batch
+    sizes do."""
+    markers = [Box(x - radius, y - radius, x + radius, y + radius) for x, y, *_ in points]
+    taken = list(blocked)
+    spots: list[tuple[str, str, int] | None] = [None] * len(points)
+    labelled: list[int] = []
+    for i in sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1])):
+        x, y, text, width, below = points[i]
+        if any(points[j][2] == text and markers[j].overlaps(markers[i]) for j in labelled):
+            continue
+        preferred = ("right", "below" if below else "above", 0)
+        order = [preferred, *(s for s in POINT_LABEL_SPOTS if s != preferred)]
+        boxes = [point_label_box(x, y, width, s, dx=dx, dy=dy, height=height) for s in order]
+        covered = [sum(_overlap(box, o) for o in (*markers, *taken)) for box in boxes]
+        k = covered.index(min(covered))  # the first free spot, if any is
+        spots[i] = order[k]
+        taken.append(boxes[k])
+        labelled.append(i)
+    return spots
