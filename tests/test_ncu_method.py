@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from decimal import Decimal
 
 import pandas as pd
@@ -38,10 +40,13 @@ from dnnroofline.ncu_profile import (
 from dnnroofline.ncu_selftest import (
     COPY_BYTES,
     GEMM_SIZE,
+    PROGRESS_FILE,
     cases_for,
     check_case,
     evaluate,
+    kept_cases,
     known_op,
+    progress_key,
     verdict_for,
 )
 
@@ -280,9 +285,11 @@ def test_selftest_checks_gemm_flops_and_copy_bytes_against_the_known_answer():
         verdict_for({}, "amp", "x/selftest.json")
 
 
-def test_selftest_stage_end_to_end_then_untrusted_precision_falls_back(tmp_path, fake_ncu):
+def selftest_run(tmp_path, fake_ncu, **env_extra):
+    """The self-test stage's command (amp and bf16, an H100's CC) and environment: the
+    fake ncu answers each case with its crafted capture (fp16's GEMM 10% low)."""
     cases = tmp_path / "cases"
-    cases.mkdir()
+    cases.mkdir(exist_ok=True)
     (cases / "gemm_bf16.kernel.csv").write_text(GEMM_BF16.read_text())
     (cases / "gemm_fp16.kernel.csv").write_text(GEMM_FP16_LOW.read_text())
     (cases / "copy.step.csv").write_text(COPY_STEP.read_text())
@@ -293,33 +300,28 @@ def test_selftest_stage_end_to_end_then_untrusted_precision_falls_back(tmp_path,
         FAKE_NCU_STEP_CSV=str(STEP_RAW),
         FAKE_NCU_CASE_DIR=str(cases),
         FAKE_NCU_RECORD=str(tmp_path / "calls.jsonl"),
+        **env_extra,
     )
     out = tmp_path / "results" / "gpu" / "ncu" / "selftest.json"
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(SELFTEST),
-            "--ncu",
-            str(fake_ncu),
-            "--env",
-            "gpu",
-            "--compute-capability",
-            "9.0",
-            "--precisions",
-            "amp",
-            "bf16",
-            "--work-dir",
-            str(out.parent / "selftest"),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
+    cmd = [sys.executable, str(SELFTEST), "--ncu", str(fake_ncu), "--env", "gpu"]
+    cmd += ["--compute-capability", "9.0", "--precisions", "amp", "bf16"]
+    cmd += ["--work-dir", str(out.parent / "selftest"), "--out", str(out)]
+    return cmd, env, out
+
+
+def run_selftest(tmp_path, fake_ncu):
+    cmd, env, out = selftest_run(tmp_path, fake_ncu)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
+    return out
+
+
+def profiled_cases(call_list):
+    return [c[c.index("--case") + 1] for c in call_list if "--replay-mode" in c]
+
+
+def test_selftest_stage_end_to_end_then_untrusted_precision_falls_back(tmp_path, fake_ncu):
+    out = run_selftest(tmp_path, fake_ncu)
     st = json.loads(out.read_text())
     assert [c["case"] for c in st["cases"]] == ["gemm_fp16", "gemm_bf16", "copy"]
     assert [c["ok"] for c in st["cases"]] == [False, True, True]
@@ -341,6 +343,63 @@ def test_selftest_stage_end_to_end_then_untrusted_precision_falls_back(tmp_path,
         tmp_path, fake_ncu, "--no-query", "--selftest", str(out), "--precision", "bf16"
     )
     assert bf16["status"] == "ok" and bf16["ncu"]["selftest"]["checked"] is True
+
+
+def test_a_stopped_selftest_keeps_its_finished_cases_and_measures_only_the_rest(tmp_path, fake_ncu):
+    # Stopped (a lease's command limit) while ncu profiles the copy, its last case ...
+    pids = tmp_path / "pids"
+    cmd, env, out = selftest_run(
+        tmp_path, fake_ncu, FAKE_NCU_HANG_CASE="copy", FAKE_NCU_PIDS=str(pids)
+    )
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not (pids.exists() and pids.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the copy never started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not out.exists()
+    progress = json.loads((out.parent / "selftest" / PROGRESS_FILE).read_text())
+    assert sorted(progress["cases"]) == ["gemm_bf16", "gemm_fp16"]
+    before = len(calls(tmp_path))
+    # ... the next run on the same machine measures only the copy, and says which it kept
+    run_selftest(tmp_path, fake_ncu)
+    assert profiled_cases(calls(tmp_path)[before:]) == ["copy", "copy"]  # its two passes
+    st = json.loads(out.read_text())
+    assert [(c["case"], c["resumed"]) for c in st["cases"]] == [
+        ("gemm_fp16", True),
+        ("gemm_bf16", True),
+        ("copy", False),
+    ]
+    assert st["verdicts"]["bf16"]["trusted"] is True
+    assert "-10.0%" in st["verdicts"]["amp"]["reason"]  # the kept capture's own counts
+    assert not (out.parent / "selftest" / PROGRESS_FILE).exists()
+    # a self-test that ended keeps nothing: a forced re-run measures every case again
+    before = len(calls(tmp_path))
+    run_selftest(tmp_path, fake_ncu)
+    assert sorted(set(profiled_cases(calls(tmp_path)[before:]))) == [
+        "copy",
+        "gemm_bf16",
+        "gemm_fp16",
+    ]
+
+
+def test_kept_cases_need_the_same_ncu_machine_and_case():
+    cases = cases_for(["bf16"])
+    key = progress_key("ncu", "/venv/bin/python", "abc", None)
+    progress = {"key": key, "cases": {c["case"]: c for c in cases}}
+    assert kept_cases(progress, key, cases) == {"gemm_bf16", "copy"}
+    assert not kept_cases(
+        progress, progress_key("ncu-2025", "/venv/bin/python", "abc", None), cases
+    )
+    assert not kept_cases(progress, progress_key("ncu", "/venv/bin/python", "other", None), cases)
+    resized = [{**cases[0], "m": 2048}, cases[1]]  # a case measured otherwise is measured again
+    assert kept_cases(progress, key, resized) == {"copy"}
+    assert kept_cases(None, key, cases) == set() == kept_cases({"key": key}, key, cases)
 
 
 def test_selftest_kernel_driver_without_a_gpu_records_why(tmp_path):

@@ -318,6 +318,9 @@ if "--query-metrics" in argv:
 
 log = argv[argv.index("--log-file") + 1]
 out = argv[argv.index("--out") + 1]
+hang_case = os.environ.get("FAKE_NCU_HANG_CASE")  # the self-test: hang on that case only
+if hang_case and "--case" in argv and argv[argv.index("--case") + 1] == hang_case:
+    mode = "hang"
 if mode == "hang":  # a pass that never ends: ncu and the driver it started, both on the GPU
     import subprocess, time
     driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -44,6 +44,16 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+def read_json_or_none(path: str | os.PathLike) -> Any:
+    """Load a JSON file, or None where it is missing or unreadable (a state file that
+    only saves work: without it the work is done again)."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Load a JSON file; an unreadable or malformed file is an InputError naming it."""
     try:

@@ -154,6 +154,28 @@ def evaluate(
     }
 
 
+#: In the work dir while a self-test runs: the cases it finished, and under what.
+PROGRESS_FILE = "progress.json"
+
+
+def progress_key(ncu: str, python: str, fingerprint: str | None, cc: str | None) -> dict:
+    """What a finished case must share with this run to be kept: the same ncu, the same
+    driver python, and the same machine (its env_info.json's digest, or the given CC)."""
+    return {"ncu": ncu, "python": python, "fingerprint": fingerprint, "compute_capability": cc}
+
+
+def kept_cases(progress: object, key: Mapping, cases: Sequence[Mapping]) -> set[str]:
+    """The cases an interrupted self-test finished under ``key`` (its ``progress``): their
+    captures are read again, not re-measured. A self-test that ended leaves no progress,
+    so a forced re-run measures every case afresh."""
+    if not isinstance(progress, Mapping) or progress.get("key") != dict(key):
+        return set()
+    done = progress.get("cases")
+    if not isinstance(done, Mapping):
+        return set()
+    return {c["case"] for c in cases if done.get(c["case"]) == dict(c)}
+
+
 def verdict_for(selftest: Mapping | None, precision: str, where: str = "selftest.json") -> dict:
     """``{"trusted": bool, "reason": str | None}`` for a study precision.
 
