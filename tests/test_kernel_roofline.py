@@ -12,10 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from plot_geometry import drawn_figure, label_clashes
 from workflow_helpers import job_counts, snakemake
 
 import plot_kernel_roofline as plot_cli
 import write_ncu_comparison as page_cli
+from dnnroofline import kernel_plots
 from dnnroofline.errors import InputError
 from dnnroofline.kernel_plots import plot_hierarchical, plot_kernels
 from dnnroofline.kernel_roofline import (
@@ -26,6 +28,7 @@ from dnnroofline.kernel_roofline import (
     kernel_path,
     kernel_points,
     step_time,
+    with_ncu_memory_roofs,
 )
 from dnnroofline.ncu import empty_result, parse_ncu_csv
 from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
@@ -640,3 +643,48 @@ def test_gpu_check_measures_the_roofs_and_self_test_in_all_four_precisions(tmp_p
     for script in ("ceilings.py", "ncu_selftest.py"):
         (line,) = [ln for ln in cmd.splitlines() if f"{script} " in ln and "--precisions" in ln]
         assert "--precisions amp bf16 fp32 tf32 " in line, line
+
+
+# --------------------------------------------------------------------------- legibility
+
+H100_DATASHEET = {"fp32": 67e12, "tf32": 495e12, "amp": 989e12, "bf16": 989e12}
+H100_MEASURED = {"fp32": 51e12, "tf32": 378e12, "amp": 720e12, "bf16": 760e12}
+H100_CEILINGS = {
+    "env": "h100",
+    "roofs": [
+        *(roof("compute", p, "datasheet", v) for p, v in H100_DATASHEET.items()),
+        *(roof("compute", p, "measured", v) for p, v in H100_MEASURED.items()),
+        roof("memory", None, "datasheet", 3.35e12),
+        roof("memory", None, "measured", 3.0e12),
+    ],
+}
+
+
+def test_kernel_plot_labels_clear_each_other_and_the_kernels(monkeypatch, h100):
+    # an H100's eight compute roofs (two pairs of them equal), and the step's largest
+    # kernel (83% of its time, a large bubble) right under their labels at AI ~1000
+    fig = drawn_figure(
+        monkeypatch,
+        kernel_plots,
+        plot_kernels,
+        kernel_points(h100),
+        env_roofs(H100_CEILINGS),
+        "h100",
+        "bf16",
+        None,
+        None,
+        "t",
+    )
+    assert label_clashes(fig, r"kernel-\d+") == []
+    assert fig.axes[0].get_xlim()[1] > 1e4  # the axis made room right of the bubble
+
+
+def test_hierarchical_plot_labels_clear_each_other_and_the_levels(monkeypatch, h100):
+    # the capture's own DRAM roof (ncu-derived) equals the datasheet's 3.35 TB/s: their
+    # labels lie side by side, not one over the other
+    derived = {"dram": 3.35e12, "l2": 8.99e12, "l1": 29.7e12}  # an H100's, as ncu reads them
+    capture = {"memory_roofs": {lv: {"bytes_per_s": v} for lv, v in derived.items()}}
+    roofs = with_ncu_memory_roofs(env_roofs(H100_CEILINGS), capture)
+    point = hierarchical_point(h100, 0.0007, "h100", "resnet18", "bf16", 2)
+    fig = drawn_figure(monkeypatch, kernel_plots, plot_hierarchical, point, roofs, None, None)
+    assert label_clashes(fig, r"point-.*-(l1|l2|dram)") == []

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
+from plot_geometry import drawn_figure, label_clashes
 
 import plot_roofline as plot_roofline_cli
+from dnnroofline import plots
 from dnnroofline.aggregate import metrics_frame, roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.plots import (
@@ -25,6 +27,8 @@ from dnnroofline.plots import (
 from dnnroofline.roof_labels import (
     LABEL_HEIGHT_PT,
     Box,
+    LabelGaps,
+    Marker,
     Obstacle,
     place_labels,
     place_point_labels,
@@ -293,37 +297,43 @@ def test_right_edge_moves_a_decade_at_a_time_until_the_roof_labels_clear_the_poi
     assert right_edge_clear_of(1, 1e4, 700, [LABEL], [under, stuck], max_decades=1) == 1e5
 
 
-SPOT = {"dx": 7.0, "dy": 5.0, "height": 7.5}  # a batch label's offsets and height (pt)
+GAPS = LabelGaps(x=3.5, y=5.0, height=7.5, radius_y=3.5)  # a batch label's place (pt)
 
 
 def test_point_labels_keep_clear_of_markers_labels_and_roof_labels():
-    kw = {"radius": 3.5, **SPOT}
     # two batch sizes of one sweep, close together: both labelled, apart
-    points = [(100.0, 100.0, "bs8", 15.0, False), (104.0, 103.0, "bs16", 20.0, True)]
-    spots = place_point_labels(points, **kw)
-    boxes = [
-        point_label_box(x, y, w, s, **SPOT)
-        for (x, y, _, w, _), s in zip(points, spots, strict=True)
-    ]
+    markers = [Marker(100.0, 100.0, 3.5, "bs8", 15.0), Marker(104.0, 103.0, 3.5, "bs16", 20.0)]
+    spots = place_point_labels(markers, gaps=GAPS)
+    boxes = [point_label_box(m, s, GAPS) for m, s in zip(markers, spots, strict=True)]
     assert not boxes[0].overlaps(boxes[1])
     for box in boxes:
-        assert not any(box.overlaps(Box(x - 3.5, y - 3.5, x + 3.5, y + 3.5)) for x, y, *_ in points)
+        assert not any(
+            box.overlaps(Box(m.x - m.radius, m.y - m.radius, m.x + m.radius, m.y + m.radius))
+            for m in markers
+        )
     # a lone point takes its preferred spot, unless a roof label is there
-    assert place_point_labels([(100.0, 100.0, "bs8", 15.0, False)], **kw) == [("right", "above", 0)]
+    lone = Marker(100.0, 100.0, 3.5, "bs8", 15.0)
+    assert place_point_labels([lone], gaps=GAPS) == [("right", "above", 0)]
     roof_label = Box(90.0, 104.0, 300.0, 112.0)
-    spot = place_point_labels([(100.0, 100.0, "bs8", 15.0, False)], [roof_label], **kw)[0]
-    assert not point_label_box(100.0, 100.0, 15.0, spot, **SPOT).overlaps(roof_label)
+    spot = place_point_labels([lone], [roof_label], gaps=GAPS)[0]
+    assert not point_label_box(lone, spot, GAPS).overlaps(roof_label)
+    # a large marker (a kernel with much of the step's time) pushes its label out
+    big = Marker(100.0, 100.0, 12.0, "nvjet_hsh (40%)", 60.0)
+    assert point_label_box(big, ("right", "above", 0), GAPS).x0 >= 100.0 + 12.0
+    assert point_label_box(big, ("right", "below", 0), GAPS).y1 <= 100.0 - 12.0
+    # a marker without a label is avoided, never labelled
+    unlabelled = Marker(110.0, 108.0, 3.5)
+    spots = place_point_labels([lone, unlabelled], gaps=GAPS)
+    assert spots[1] is None and spots[0] != ("right", "above", 0)
 
 
 def test_coincident_points_of_one_batch_share_their_label():
     # amp and bf16 at one batch often run alike: one "bs256" for the pair, not two overlaid
-    kw = {"radius": 3.5, **SPOT}
-    points = [(100.0, 100.0, "bs256", 20.0, False), (100.5, 101.0, "bs256", 20.0, False)]
-    spots = place_point_labels(points, **kw)
-    assert spots.count(None) == 1
+    markers = [Marker(100.0, 100.0, 3.5, "bs256", 20.0), Marker(100.5, 101.0, 3.5, "bs256", 20.0)]
+    assert place_point_labels(markers, gaps=GAPS).count(None) == 1
     # another batch at the same spot keeps its own label
-    points[1] = (100.5, 101.0, "bs64", 15.0, False)
-    assert None not in place_point_labels(points, **kw)
+    markers[1] = Marker(100.5, 101.0, 3.5, "bs64", 15.0)
+    assert None not in place_point_labels(markers, gaps=GAPS)
 
 
 def test_roofline_widens_its_ai_axis_so_that_roof_labels_clear_a_high_ai_point(tmp_path):
@@ -335,6 +345,49 @@ def test_roofline_widens_its_ai_axis_so_that_roof_labels_clear_a_high_ai_point(t
     pts.loc[pts.index[0], "attained_flops"] = 1e10  # the same AI, far below the labels
     assert plot_roofline(pts, CEILINGS, None, tmp_path / "b.svg", "t")["x_max"] == 1e5
     assert default >= 1e6
+
+
+H100 = {
+    "env": "h100",
+    "roofs": [
+        *(roof("compute", p, "datasheet", v) for p, v in (("fp32", 67e12), ("tf32", 495e12))),
+        *(roof("compute", p, "datasheet", 989e12) for p in ("amp", "bf16")),
+        *(roof("compute", p, "measured", v) for p, v in (("fp32", 51e12), ("tf32", 378e12))),
+        *(roof("compute", p, "measured", v) for p, v in (("amp", 720e12), ("bf16", 760e12))),
+        roof("memory", None, "datasheet", 3.35e12),
+        roof("memory", None, "measured", 3.0e12),
+    ],
+}
+
+
+def test_a_crowded_gpu_roofline_keeps_every_label_legible(monkeypatch):
+    # An H100 study as issue 9 runs it: four precisions, amp and bf16 running alike
+    # (their points coincide), fp32 and tf32 close, the largest batch under the roofs.
+    # (AI, attained FLOP/s) per (model, precision, batch):
+    layout = {
+        ("resnet18", "fp32", 16): (95, 1.6e13),
+        ("resnet18", "fp32", 32): (110, 1.8e13),
+        ("resnet18", "tf32", 16): (95, 3.0e13),
+        ("resnet18", "tf32", 32): (110, 3.4e13),
+        ("resnet18", "amp", 16): (85, 5.0e13),
+        ("resnet18", "amp", 32): (130, 7.4e13),
+        ("resnet18", "bf16", 16): (85, 4.9e13),
+        ("resnet18", "bf16", 32): (130, 7.2e13),
+        ("mobilenet_v2", "fp32", 32): (18, 3.0e12),
+        ("mobilenet_v2", "tf32", 32): (18, 3.3e12),
+        ("mobilenet_v2", "amp", 32): (14, 4.5e12),
+        ("mobilenet_v2", "bf16", 32): (14, 4.4e12),
+        ("mobilenet_v2", "bf16", 64): (2500, 5.0e14),  # high AI, under the bf16 labels
+    }
+    runs = [make_run("h100", m, p, b, 1) for m, p, b in layout]
+    _, pts = build(runs, {"h100": H100})
+    for (m, p, b), (ai, flops) in layout.items():
+        row = (pts["model"] == m) & (pts["precision"] == p) & (pts["batch_size"] == b)
+        pts.loc[row, ["ai", "ai_low", "ai_high", "attained_flops"]] = [ai, ai, ai, flops]
+    fig = drawn_figure(monkeypatch, plots, plot_roofline, pts, {"h100": H100}, None, None, "t")
+    assert label_clashes(fig, r"point-.*") == []
+    # amp and bf16 that coincide share their batch label
+    assert [t.get_text() for t in fig.axes[0].texts].count("bs16") == 3
 
 
 def test_two_envs_of_one_machine_share_a_roof_label(tmp_path):

@@ -44,8 +44,11 @@ from dnnroofline.errors import InputError
 from dnnroofline.report.compare import short_lever as lever
 from dnnroofline.roof_labels import (
     Box,
+    LabelGaps,
+    Marker,
     Obstacle,
     compute_roof_labels,
+    label_offset,
     memory_roof_labels,
     place_labels,
     place_point_labels,
@@ -58,8 +61,8 @@ HEIGHT = 440
 LABEL_HEIGHT_PX = 13.0  # a 10 px label's box, with a little air
 LABEL_CHAR_PX = 5.2  # a 10 px sans-serif label's mean character width, a little over
 POINT_RADIUS_PX = 6.0  # a point mark of area 110 px², with its stroke
-BATCH_LABEL_PX = 9  # a point's batch label: its font size, offsets and box height
-BATCH_LABEL_DX_PX, BATCH_LABEL_DY_PX, BATCH_LABEL_BOX_PX = 8, 6, 11
+BATCH_LABEL_PX = 9  # a point's batch label: its font size, and where it sits (roof_labels)
+BATCH_LABEL_GAPS = LabelGaps(x=2.0, y=6.0, height=11.0, radius_y=POINT_RADIUS_PX)
 # a roof label, right-aligned at the chart's right edge, its row's pixel offset ("dy")
 LABEL_MARK = dict(
     align="right", baseline="middle", dx=-4, dy=alt.expr("datum.dy"), fontSize=10, clip=True
@@ -322,33 +325,25 @@ def batch_label_frame(pts: pd.DataFrame, x_px, y_px, roof_labels) -> pd.DataFram
         )
         for text, c in roof_labels
     ]
-    labels = [f"bs{int(b)}" for b in pts["batch"]]
-    spots = place_point_labels(
-        [
-            (x_px(ai), y_px(f), text, char_px * len(text), False)
-            for ai, f, text in zip(pts["ai"], pts["flops"], labels, strict=True)
-        ],
-        blocked,
-        radius=POINT_RADIUS_PX,
-        dx=BATCH_LABEL_DX_PX,
-        dy=BATCH_LABEL_DY_PX,
-        height=BATCH_LABEL_BOX_PX,
-    )
+    markers = [
+        Marker(x_px(ai), y_px(f), POINT_RADIUS_PX, f"bs{int(b)}", char_px * len(f"bs{int(b)}"))
+        for ai, f, b in zip(pts["ai"], pts["flops"], pts["batch"], strict=True)
+    ]
+    spots = place_point_labels(markers, blocked, gaps=BATCH_LABEL_GAPS)
     rows = []
-    for ai, f, text, spot in zip(pts["ai"], pts["flops"], labels, spots, strict=True):
+    for ai, f, m, spot in zip(pts["ai"], pts["flops"], markers, spots, strict=True):
         if spot is None:
             continue
-        side, level, step = spot
-        rise = BATCH_LABEL_DY_PX + step * BATCH_LABEL_BOX_PX
+        dx, dy = label_offset(m, spot, BATCH_LABEL_GAPS)
         rows.append(
             {
                 "ai": ai,
                 "flops": f,
-                "label": text,
-                "align": "left" if side == "right" else "right",
-                "dx": BATCH_LABEL_DX_PX if side == "right" else -BATCH_LABEL_DX_PX,
-                "baseline": "bottom" if level == "above" else "top",
-                "dy": -rise if level == "above" else rise,  # Vega's y grows downwards
+                "label": m.text,
+                "align": "left" if dx > 0 else "right",
+                "dx": dx,
+                "baseline": "bottom" if dy > 0 else "top",
+                "dy": -dy,  # Vega's y grows downwards
             }
         )
     return pd.DataFrame(rows, columns=["ai", "flops", "label", "align", "dx", "baseline", "dy"])

@@ -47,17 +47,24 @@ from dnnroofline.kernel_roofline import (
 from dnnroofline.plots import (
     _RC,
     AXIS_X,
+    BATCH_LABEL_PT,
     LINESTYLES,
     _gid,
     above_roof_handle,
     draw_above_roof_ring,
     draw_compute_roof,
     draw_memory_roof,
+    draw_point_label,
+    marker_obstacles,
+    place_compute_roof_labels,
+    place_memory_roof_labels,
+    place_point_labels_pt,
     precision_color,
     save_figure,
     sectioned_legend,
+    text_width_pt,
 )
-from dnnroofline.roof_labels import si
+from dnnroofline.roof_labels import Box, Marker, compute_roof_labels, si
 
 AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
 AXIS_Y_KERNEL = "Kernel performance (FLOP/s): ncu FLOPs / ncu kernel time"
@@ -66,6 +73,8 @@ LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
 PATH_COLORS = {"fp32": "tab:blue", "fp16": "tab:cyan", "fp64": "tab:brown"}
 #: Kernels labelled with their (short) name: the largest by time share.
 LABEL_TOP = 5
+KERNEL_LABEL_PT = 6
+LEVEL_MARKER_PT = 8
 
 
 def path_color(path: str, precision: str) -> str:
@@ -101,34 +110,62 @@ def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tupl
     return (xlo, xhi), (ylo, yhi)
 
 
-def _memory_roof(ax, env, level, source, bw, xlo, x_end, label, ylo):
-    # measured labels under the diagonal, datasheet over; only where the line is long
-    draw_memory_roof(
+def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
+    """Diagonal roofs ``(level, source, bandwidth, x_end)`` from the left edge, each
+    labelled, the labels side by side across the diagonals and clear of ``obstacles``
+    (place_memory_roof_labels): measured ones under their line, the others over it.
+    Returns the boxes around the labels (points)."""
+    xlo, (ylo, _) = ax.get_xlim()[0], ax.get_ylim()
+    texts = [f"{LEVEL_NAMES[level]} {source}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
+    label_x, dys, boxes = place_memory_roof_labels(
         ax,
-        bw,
-        xlo,
-        x_end,
-        ylo,
-        color=LEVEL_COLORS[level],
-        source=source,
-        gid=_gid("roof", env, "memory", level, source),
-        label=label,
-        label_offset=(6, -9) if source == "measured" else (2, 4),
-        label_until=x_end / 3,
+        [
+            (text, bw, x_end, source != "measured")
+            for text, (_, source, bw, x_end) in zip(texts, roofs, strict=True)
+        ],
+        obstacles,
     )
+    for text, (level, source, bw, x_end), dy in zip(texts, roofs, dys, strict=True):
+        draw_memory_roof(
+            ax,
+            bw,
+            xlo,
+            x_end,
+            ylo,
+            color=LEVEL_COLORS[level],
+            source=source,
+            gid=_gid("roof", env, "memory", level, source),
+            label=text,
+            label_x=label_x,
+            label_dy=dy,
+        )
+    return boxes
 
 
-def _compute_roof(ax, env, prec, source, peak, x_start, xhi):
-    draw_compute_roof(
-        ax,
-        peak,
-        x_start,
-        xhi,
-        color=precision_color(prec),
-        source=source,
-        gid=_gid("roof", env, "compute", prec, source),
-        label=f"{prec} {source}: {si(peak, 'FLOP/s')}",
+def _compute_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
+    """Horizontal roofs ``(precision, source, peak, ridge)`` from their ridge to the right
+    edge, labelled there apart from each other; the right edge moves right until the
+    labels clear ``obstacles``. Returns the labels' boxes (points)."""
+    labels = compute_roof_labels(
+        ((env, prec, source, peak, ridge) for prec, source, peak, ridge in roofs), combined=False
     )
+    xhi, dys, boxes = place_compute_roof_labels(
+        ax, [(lab.text, key[2], lab.prefer_above) for key, lab in labels.items()], obstacles
+    )
+    label_dy = dict(zip(labels, dys, strict=True))
+    for prec, source, peak, ridge in roofs:
+        draw_compute_roof(
+            ax,
+            peak,
+            min(ridge, xhi),
+            xhi,
+            color=precision_color(prec),
+            source=source,
+            gid=_gid("roof", env, "compute", prec, source),
+            label=labels[(prec, source, peak)].text,
+            label_dy=label_dy[(prec, source, peak)],
+        )
+    return boxes
 
 
 def _note(text: str) -> Line2D:
@@ -196,23 +233,49 @@ def plot_hierarchical(
             (xlo, xhi),
             (ylo, yhi),
         )
-        for lv in LEVELS:
-            for source, bw in sorted(mem[lv].items()):
-                _memory_roof(
-                    ax,
-                    env,
-                    lv,
-                    source,
-                    bw,
-                    xlo,
-                    top_peak / bw,
-                    f"{LEVEL_NAMES[lv]} {source}: {si(bw, 'B/s')}",
-                    ylo,
-                )
+        drawn = point.status == "ok" and point.attained_flops is not None
+        level_markers = {
+            lv: (
+                point.ai[lv],
+                point.attained_flops,
+                Marker(
+                    0.0,
+                    0.0,
+                    LEVEL_MARKER_PT / 2,
+                    f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}",
+                    text_width_pt(f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}", BATCH_LABEL_PT),
+                ),
+            )
+            for lv in LEVELS
+            if drawn and point.ai[lv] is not None
+        }
         dram_best = best(mem["dram"])
-        for source, peak in sorted(peaks.items()):
-            bw = mem["dram"].get(source, dram_best[1])
-            _compute_roof(ax, env, prec, source, peak, min(peak / bw, xhi), xhi)
+        roof_label_boxes = _compute_roofs(
+            ax,
+            env,
+            [
+                (prec, source, peak, peak / mem["dram"].get(source, dram_best[1]))
+                for source, peak in sorted(peaks.items())
+            ],
+            marker_obstacles(ax, list(level_markers.values())),
+        )
+        roof_label_boxes += _memory_roofs(
+            ax,
+            env,
+            [
+                (lv, source, bw, top_peak / bw)
+                for lv in LEVELS
+                for source, bw in sorted(mem[lv].items())
+            ],
+            marker_obstacles(ax, list(level_markers.values())),
+        )
+        spots = dict(
+            zip(
+                level_markers,
+                place_point_labels_pt(ax, list(level_markers.values()), roof_label_boxes),
+                strict=True,
+            )
+        )
         if point.status != "ok":
             _message(ax, f"ncu capture {point.status}: {point.message or 'no message'}")
         elif point.attained_flops is None:
@@ -242,22 +305,14 @@ def plot_hierarchical(
                     [point.attained_flops],
                     linestyle="none",
                     marker=LEVEL_MARKERS[lv],
-                    markersize=8,
+                    markersize=LEVEL_MARKER_PT,
                     color=LEVEL_COLORS[lv],
                     markeredgecolor="0.1",
                     markeredgewidth=0.6,
                     gid=_gid("point", *tag, lv),
                     zorder=5,
                 )
-                ax.annotate(
-                    f"{LEVEL_NAMES[lv]} AI {ai:.3g}",
-                    (ai, point.attained_flops),
-                    xytext=(0, 8),
-                    textcoords="offset points",
-                    ha="center",
-                    fontsize=6.5,
-                    color="0.2",
-                )
+                draw_point_label(ax, ai, point.attained_flops, level_markers[lv][2], spots[lv])
                 r = hierarchical_roof_at(roofs, prec, lv, ai)
                 if r is not None and roofline.is_above_roof(point.attained_flops, r):
                     n_above += 1
@@ -358,20 +413,22 @@ def plot_kernels(
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = _axes(fig, title, AXIS_Y_KERNEL, (xlo, xhi), (ylo, yhi))
-        for source, bw in sorted(dram.items()):
-            _memory_roof(
-                ax,
-                env,
-                "dram",
-                source,
-                bw,
-                xlo,
-                max_peak / bw,
-                f"DRAM {source}: {si(bw, 'B/s')}",
-                ylo,
+        # the largest kernels by time share are labelled with their (short) names
+        top = {p.index for p in sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]}
+        kernel_markers = []
+        for p in pts:
+            text = f"{short_name(p.name, 36)} ({p.share:.0%})" if p.index in top else ""
+            width = text_width_pt(text, KERNEL_LABEL_PT) if text else 0.0
+            kernel_markers.append(
+                (p.ai, p.flops_rate, Marker(0.0, 0.0, math.sqrt(p.area) / 2, text, width))
             )
-        for prec, source, peak, ridge in comp_specs:
-            _compute_roof(ax, env, prec, source, peak, min(ridge, xhi), xhi)
+        roof_label_boxes = _compute_roofs(ax, env, comp_specs, marker_obstacles(ax, kernel_markers))
+        roof_label_boxes += _memory_roofs(
+            ax,
+            env,
+            [("dram", source, bw, max_peak / bw) for source, bw in sorted(dram.items())],
+            marker_obstacles(ax, kernel_markers),
+        )
         for p in sorted(pts, key=lambda p: -p.area):
             gid = _gid("kernel", p.index)
             (line,) = ax.plot(
@@ -391,16 +448,9 @@ def plot_kernels(
             if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
                 n_above += 1
                 draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
-        for i, p in enumerate(sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]):
-            ax.annotate(
-                f"{short_name(p.name, 36)} ({p.share:.0%})",
-                (p.ai, p.flops_rate),
-                xytext=(6, -8 if i % 2 else 6),
-                textcoords="offset points",
-                fontsize=6,
-                color="0.15",
-                zorder=6,
-            )
+        spots = place_point_labels_pt(ax, kernel_markers, roof_label_boxes)
+        for (x, y, marker), spot in zip(kernel_markers, spots, strict=True):
+            draw_point_label(ax, x, y, marker, spot, fontsize=KERNEL_LABEL_PT, color="0.15")
         if status != "ok":
             _message(ax, f"ncu capture {status}: {message or 'no message'}")
         elif not pts:

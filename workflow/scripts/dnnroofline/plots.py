@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -45,12 +46,18 @@ from dnnroofline.point_inputs import ceilings_path
 from dnnroofline.roof_labels import (
     LABEL_HEIGHT_PT,
     Box,
+    LabelGaps,
+    Marker,
     Obstacle,
+    Spot,
     compute_roof_labels,
+    label_offset,
+    meets_rotated,
     memory_roof_labels,
     place_labels,
     place_point_labels,
     right_edge_clear_of,
+    rotated_bounds,
 )
 
 DPI = 150
@@ -63,10 +70,13 @@ LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
 # Sizes (points) that the roof labels' placement reads: see _point_obstacles.
 ROOF_LABEL_PT = 7
 ROOF_LABEL_GAP_PT = 3  # between a roof label's right end and the axis' right edge
+MEMORY_LABEL_PT = 6.5
+MEMORY_LABEL_DX_PT = 2  # a memory roof label starts this far along its line
 POINT_MARKER_PT = 7
 BATCH_LABEL_PT = 6.5
-BATCH_LABEL_BOX_PT = BATCH_LABEL_PT + 1  # its box's height, with a little air
-BATCH_LABEL_DX_PT, BATCH_LABEL_DY_PT = 7, 5
+#: A point label's near corner 3.5 pt beyond its marker's edge and 5 pt above or below
+#: its centre (more for a marker larger than 3.5 pt), in a box of its font size + 1 pt.
+POINT_LABEL_GAPS = LabelGaps(x=3.5, y=5.0, height=BATCH_LABEL_PT + 1, radius_y=3.5)
 
 PRECISION_COLORS = {
     "fp32": "tab:blue",
@@ -220,25 +230,11 @@ def draw_compute_roof(
 
 
 def draw_memory_roof(
-    ax,
-    bw,
-    x_start,
-    x_end,
-    y_floor,
-    *,
-    color,
-    source,
-    gid,
-    label,
-    label_offset=(2, 4),
-    label_until=None,
-    label_x=None,
-    label_dy=None,
+    ax, bw, x_start, x_end, y_floor, *, color, source, gid, label, label_x=None, label_dy=4.0
 ):
-    """A diagonal memory roof, labelled along the line near its lower-left end
-    (if that point lies left of ``label_until``, by default the roof's end).
-    ``label_x`` moves the label along the line; ``label_dy`` (points, the label's centre
-    across the line, up-left positive) overrides ``label_offset``: see place_labels.
+    """A diagonal memory roof, labelled along the line at ``label_x`` (by default near
+    its lower-left end) if that lies left of the roof's end; ``label_dy``: points, the
+    label's centre across the line, up-left positive (see place_memory_roof_labels).
     ``label=None`` draws the line alone."""
     ax.plot(
         [x_start, x_end],
@@ -250,30 +246,138 @@ def draw_memory_roof(
         zorder=2,
     )
     lx = max(x_start * 1.25, y_floor * 2.5 / bw) if label_x is None else label_x
-    if label is not None and lx < (x_end if label_until is None else label_until):
+    if label is not None and lx < x_end:
         angle = _diagonal_angle(ax, lx, bw)
-        offset, va = label_offset, "baseline"
-        if label_dy is not None:
-            a = math.radians(angle)
-            offset = (
-                2 * math.cos(a) - label_dy * math.sin(a),
-                2 * math.sin(a) + label_dy * math.cos(a),
-            )
-            va = "center"
+        a = math.radians(angle)
         ax.annotate(
             label,
             (lx, lx * bw),
-            xytext=offset,
+            xytext=(
+                MEMORY_LABEL_DX_PT * math.cos(a) - label_dy * math.sin(a),
+                MEMORY_LABEL_DX_PT * math.sin(a) + label_dy * math.cos(a),
+            ),
             textcoords="offset points",
             rotation=angle,
             rotation_mode="anchor",
-            va=va,
-            fontsize=6.5,
+            va="center",
+            fontsize=MEMORY_LABEL_PT,
             color=color,
         )
 
 
-def _text_width_pt(text: str, size: float) -> float:
+def place_compute_roof_labels(
+    ax, labels: list[tuple[str, float, bool]], obstacles: list[Obstacle]
+) -> tuple[float, list[float], list[Box]]:
+    """Compute roof labels ``(text, peak, prefers above)``, right-aligned at the axis'
+    right edge: placed apart from each other and from the lines (place_labels), and the
+    right edge moved right, and set, until they clear ``obstacles`` (right_edge_clear_of).
+    Returns the right edge, each label's centre offset from its line and their boxes
+    (points, as :func:`_points` gives them)."""
+    (xlo, xhi), dpi = ax.get_xlim(), ax.figure.dpi
+    heights = [_points(ax, xhi, peak)[1] for _, peak, _ in labels]
+    placed = place_labels(heights, [above for *_, above in labels])
+    spans = [
+        (text_width_pt(text, ROOF_LABEL_PT), c - LABEL_HEIGHT_PT / 2, c + LABEL_HEIGHT_PT / 2)
+        for (text, _, _), c in zip(labels, placed, strict=True)
+    ]
+    width = ax.get_window_extent().width * 72 / dpi
+    xhi = right_edge_clear_of(xlo, xhi, width, spans, obstacles, gap=ROOF_LABEL_GAP_PT)
+    ax.set_xlim(xlo, xhi)
+    right = _points(ax, xhi, 1.0)[0] - ROOF_LABEL_GAP_PT
+    boxes = [Box(right - w, lo, right, hi) for w, lo, hi in spans]
+    return xhi, [c - y for y, c in zip(heights, placed, strict=True)], boxes
+
+
+def place_memory_roof_labels(
+    ax, roofs: list[tuple[str, float, float, bool]], obstacles: list[Obstacle] = ()
+) -> tuple[float, list[float], list[Box]]:
+    """Memory roof labels ``(text, bandwidth, the line's end x, prefers above)``, side
+    by side across the diagonals (place_labels: log-log diagonals are parallel) at one
+    x: the first, from where every diagonal is inside the frame and doubling, at which
+    no label meets an obstacle (a point with room for its label), else the first.
+    Returns that x, each label's offset across its line and the boxes around the labels
+    (points)."""
+    (xlo, _), (ylo, _) = ax.get_xlim(), ax.get_ylim()
+    first = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw, _, _ in roofs)
+    angle = math.radians(_diagonal_angle(ax, first, 1.0))
+    across = [
+        -x * math.sin(angle) + y * math.cos(angle)
+        for x, y in (_points(ax, first, first * bw) for _, bw, _, _ in roofs)
+    ]
+    placed = place_labels(across, [above for *_, above in roofs])
+    dys = [c - a for a, c in zip(across, placed, strict=True)]
+    widths = [text_width_pt(text, MEMORY_LABEL_PT) for text, *_ in roofs]
+    boxes_in = [_obstacle_box(ax, o) for o in obstacles]
+    half = LABEL_HEIGHT_PT / 2
+
+    def spans(
+        x: float,
+    ) -> list[tuple[tuple[float, float], tuple[float, float], tuple[float, float]]]:
+        return [
+            (
+                _points(ax, x, x * bw),
+                (MEMORY_LABEL_DX_PT, MEMORY_LABEL_DX_PT + w),
+                (dy - half, dy + half),
+            )
+            for (_, bw, _, _), w, dy in zip(roofs, widths, dys, strict=True)
+        ]
+
+    last = min(x_end for _, _, x_end, _ in roofs) / 4  # room left for the labels
+    candidates = [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last]
+    label_x = next(
+        (
+            x
+            for x in candidates
+            if not any(
+                meets_rotated(b, origin, angle, along, acr)
+                for origin, along, acr in spans(x)
+                for b in boxes_in
+            )
+        ),
+        first,
+    )
+    bounds = [rotated_bounds(origin, angle, along, acr) for origin, along, acr in spans(label_x)]
+    return label_x, dys, bounds
+
+
+def _obstacle_box(ax, o: Obstacle) -> Box:
+    """An obstacle as a box in points, as :func:`_points` gives them."""
+    return Box(
+        _points(ax, o.x_lo, 1.0)[0] - o.pad_left,
+        o.y_lo,
+        _points(ax, o.x_hi, 1.0)[0] + o.pad_right,
+        o.y_hi,
+    )
+
+
+def place_point_labels_pt(ax, labelled: list[tuple[float, float, Marker]], blocked: list[Box]):
+    """:func:`place_point_labels` for markers given at data coordinates ``(x, y,
+    marker)`` (the marker's own x and y are ignored): their spots, in points."""
+    markers = [replace(m, x=px, y=py) for (x, y, m) in labelled for px, py in [_points(ax, x, y)]]
+    return place_point_labels(markers, blocked, gaps=POINT_LABEL_GAPS)
+
+
+def draw_point_label(ax, x: float, y: float, marker: Marker, spot: Spot | None, **text_kw):
+    """A point's label at its spot (place_point_labels); None: none, or it shares
+    another's. A label moved away from its point to stay clear is joined to it by a thin
+    line."""
+    if spot is None:
+        return
+    dx, dy = label_offset(marker, spot, POINT_LABEL_GAPS)
+    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 0}
+    ax.annotate(
+        marker.text,
+        (x, y),
+        xytext=(dx, dy),
+        textcoords="offset points",
+        ha="left" if dx > 0 else "right",
+        va="bottom" if dy > 0 else "top",
+        arrowprops={**leader, "shrinkB": marker.radius} if spot[2] else None,
+        **{"fontsize": BATCH_LABEL_PT, "color": "0.2", "zorder": 6, **text_kw},
+    )
+
+
+def text_width_pt(text: str, size: float) -> float:
     """The width of ``text`` at font ``size`` (points) in the default font."""
     width, _, _ = TextToPath().get_text_width_height_descent(
         text, FontProperties(size=size), ismath=False
@@ -281,44 +385,27 @@ def _text_width_pt(text: str, size: float) -> float:
     return width
 
 
-def _point_obstacles(ax, pts: pd.DataFrame) -> list[Obstacle]:
-    """Each point with its batch label (above or below it: both sides are kept clear),
-    and each AI range bar, as what a roof label must not cover (in points)."""
+def marker_obstacles(ax, labelled: list[tuple[float, float, Marker]]) -> list[Obstacle]:
+    """Each marker at data ``(x, y)``, with room for its label on its right (above or
+    below: both are kept clear), as what a roof label must not cover (in points)."""
     out = []
-    radius = POINT_MARKER_PT / 2
-    for r in pts.itertuples(index=False):
-        y = _points(ax, r.ai, r.attained_flops)[1]
-        label = BATCH_LABEL_DX_PT + _text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT)
-        reach = BATCH_LABEL_DY_PT + BATCH_LABEL_PT
-        out.append(Obstacle(r.ai, r.ai, radius, max(radius, label), y - reach, y + reach))
-        lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
-        if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
-            out.append(Obstacle(lo, hi, radius, radius, y - radius, y + radius))
+    for x, y, m in labelled:
+        py = _points(ax, x, y)[1]
+        reach = max(m.radius, POINT_LABEL_GAPS.y + POINT_LABEL_GAPS.height)
+        right = m.radius + (POINT_LABEL_GAPS.x + m.width if m.text else 0.0)
+        out.append(Obstacle(x, x, m.radius, right, py - reach, py + reach))
     return out
 
 
-def _draw_batch_label(ax, x: float, y: float, text: str, spot: tuple[str, str, int] | None):
-    """A point's batch label at its spot (place_point_labels); None: it shares another's.
-    A label moved away from its point to stay clear is joined to it by a thin line."""
-    if spot is None:
-        return
-    side, level, step = spot
-    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 0}
-    ax.annotate(
-        text,
-        (x, y),
-        xytext=(
-            BATCH_LABEL_DX_PT if side == "right" else -BATCH_LABEL_DX_PT,
-            (1 if level == "above" else -1) * (BATCH_LABEL_DY_PT + step * BATCH_LABEL_BOX_PT),
-        ),
-        textcoords="offset points",
-        ha="left" if side == "right" else "right",
-        va="bottom" if level == "above" else "top",
-        fontsize=BATCH_LABEL_PT,
-        color="0.2",
-        zorder=6,
-        arrowprops={**leader, "shrinkB": POINT_MARKER_PT / 2} if step else None,
-    )
+def _range_obstacles(ax, pts: pd.DataFrame) -> list[Obstacle]:
+    """Each point's analytic AI range bar, as what a roof label must not cover."""
+    out, half = [], POINT_MARKER_PT / 2
+    for r in pts.itertuples(index=False):
+        lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
+        if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
+            y = _points(ax, r.ai, r.attained_flops)[1]
+            out.append(Obstacle(lo, hi, half, half, y - half, y + half))
+    return out
 
 
 def _diagonal_angle(ax, x: float, bw: float) -> float:
@@ -416,34 +503,38 @@ def plot_roofline(
         ax.grid(True, which="minor", color="0.95", linewidth=0.4)
         ax.set_axisbelow(True)
 
-        # Compute roof labels: one per distinct roof, apart from each other (roof_labels),
-        # right-aligned at the right edge, which moves right until they clear the points.
+        # Compute roof labels: one per distinct roof (roof_labels), right-aligned at the
+        # right edge, which moves right until they clear the points.
         roof_labels = compute_roof_labels(
             ((env, prec, source, peak, peak / bw) for env, prec, source, peak, _, bw in roof_specs),
             combined,
         )
-        heights = [_points(ax, xhi, peak)[1] for *_, peak in roof_labels]
-        placed = place_labels(heights, [lab.prefer_above for lab in roof_labels.values()])
-        roof_dy = {key: c - y for key, y, c in zip(roof_labels, heights, placed, strict=True)}
-        label_spans = [
+        # a sweep's batch labels alternate above and below: neighbours' do not collide
+        label_below: dict[int, bool] = {}
+        for _, g in pts.groupby(["env", "model", "precision"], sort=True) if len(pts) else []:
+            for i, idx in enumerate(g.sort_values("batch_size").index):
+                label_below[idx] = i % 2 == 1
+        batch_markers = [
             (
-                _text_width_pt(lab.text, ROOF_LABEL_PT),
-                c - LABEL_HEIGHT_PT / 2,
-                c + LABEL_HEIGHT_PT / 2,
+                r.ai,
+                r.attained_flops,
+                Marker(
+                    0.0,
+                    0.0,
+                    POINT_MARKER_PT / 2,
+                    f"bs{int(r.batch_size)}",
+                    text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT),
+                    label_below.get(idx, False),
+                ),
             )
-            for lab, c in zip(roof_labels.values(), placed, strict=True)
+            for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True)
         ]
-        xhi = right_edge_clear_of(
-            xlo,
-            xhi,
-            ax.get_window_extent().width * 72 / fig.dpi,
-            label_spans,
-            _point_obstacles(ax, pts),
-            gap=ROOF_LABEL_GAP_PT,
+        xhi, dys, roof_label_boxes = place_compute_roof_labels(
+            ax,
+            [(lab.text, key[2], lab.prefer_above) for key, lab in roof_labels.items()],
+            marker_obstacles(ax, batch_markers) + _range_obstacles(ax, pts),
         )
-        ax.set_xlim(xlo, xhi)
-        right = _points(ax, xhi, 1.0)[0] - ROOF_LABEL_GAP_PT
-        roof_label_boxes = [Box(right - w, lo, right, hi) for w, lo, hi in label_spans]
+        roof_dy = dict(zip(roof_labels, dys, strict=True))
 
         # Roofs are drawn per env (their gids name it), labels once per distinct roof:
         # see roof_labels. Memory roofs: diagonal from the left edge to the farthest
@@ -451,14 +542,22 @@ def plot_roofline(
         mem_labels = memory_roof_labels(
             ((env, msrc, bw) for (env, msrc), bw in sorted(mem_specs.items())), combined
         )
-        label_x = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw in mem_labels)
-        angle = math.radians(_diagonal_angle(ax, label_x, 1.0))
-        across = [
-            -x * math.sin(angle) + y * math.cos(angle)
-            for x, y in (_points(ax, label_x, label_x * bw) for _, bw in mem_labels)
-        ]
-        placed = place_labels(across, [lab.prefer_above for lab in mem_labels.values()])
-        mem_dy = {key: c - p for key, p, c in zip(mem_labels, across, placed, strict=True)}
+        x_ends = {
+            (msrc, bw): max(
+                peak / b for e, _, _, peak, ms, b in roof_specs if ms == msrc and b == bw
+            )
+            for (_, msrc), bw in mem_specs.items()
+        }
+        label_x, dys, mem_label_boxes = place_memory_roof_labels(
+            ax,
+            [
+                (lab.text, bw, x_ends[key], lab.prefer_above)
+                for key, lab in mem_labels.items()
+                for _, bw in [key]
+            ],
+            marker_obstacles(ax, batch_markers),
+        )
+        mem_dy = dict(zip(mem_labels, dys, strict=True))
         for (env, msrc), bw in sorted(mem_specs.items()):
             x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
             label = mem_labels[(msrc, bw)]
@@ -506,12 +605,9 @@ def plot_roofline(
 
         # points; a thin line joins the batch sizes of one (env, model, precision)
         n_above = 0
-        label_below: dict[int, bool] = {}
         if len(pts):
             for (env, model, prec), g in pts.groupby(["env", "model", "precision"], sort=True):
                 g = g.sort_values("batch_size")
-                for i, idx in enumerate(g.index):
-                    label_below[idx] = i % 2 == 1  # alternate: neighbours' labels do not collide
                 if len(g) > 1:
                     ax.plot(
                         g["ai"].astype(float),
@@ -522,24 +618,11 @@ def plot_roofline(
                         gid=_gid("sweep", env, model, prec),
                         zorder=4,
                     )
-        spots = place_point_labels(
-            [
-                (
-                    *_points(ax, r.ai, r.attained_flops),
-                    f"bs{int(r.batch_size)}",
-                    _text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT),
-                    label_below.get(idx, False),
-                )
-                for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True)
-            ],
-            roof_label_boxes,
-            radius=POINT_MARKER_PT / 2,
-            dx=BATCH_LABEL_DX_PT,
-            dy=BATCH_LABEL_DY_PT,
-            height=BATCH_LABEL_BOX_PT,
-        )
+        spots = place_point_labels_pt(ax, batch_markers, roof_label_boxes + mem_label_boxes)
         n_ranges = 0
-        for spot, r in zip(spots, pts.itertuples(index=False), strict=True):
+        for spot, (*_, marker), r in zip(
+            spots, batch_markers, pts.itertuples(index=False), strict=True
+        ):
             color = precision_color(r.precision)
             fill = env_fill[r.env] if combined else "full"
             lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
@@ -572,7 +655,7 @@ def plot_roofline(
                 gid=_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
                 zorder=5,
             )
-            _draw_batch_label(ax, r.ai, r.attained_flops, f"bs{int(r.batch_size)}", spot)
+            draw_point_label(ax, r.ai, r.attained_flops, marker, spot)
             if _bool(r.above_roof):
                 n_above += 1
                 draw_above_roof_ring(

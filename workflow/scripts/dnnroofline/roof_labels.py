@@ -189,7 +189,44 @@ class Box:
         )
 
 
-#: A batch label's spots around its point, as (side, level, step): nearest first; a step
+def meets_rotated(
+    box: Box,
+    origin: tuple[float, float],
+    angle: float,
+    along: tuple[float, float],
+    across: tuple[float, float],
+) -> bool:
+    """Whether ``box`` meets the rectangle ``along`` x ``across`` of the frame turned by
+    ``angle`` (radians) about ``origin``: a label written along a diagonal roof. The
+    box is taken whole in the turned frame, so a near miss counts as a meeting."""
+    ox, oy = origin
+    c, s = math.cos(angle), math.sin(angle)
+    corners = [(x - ox, y - oy) for x in (box.x0, box.x1) for y in (box.y0, box.y1)]
+    us = [x * c + y * s for x, y in corners]
+    vs = [-x * s + y * c for x, y in corners]
+    return min(us) < along[1] and max(us) > along[0] and min(vs) < across[1] and max(vs) > across[0]
+
+
+def rotated_bounds(
+    origin: tuple[float, float],
+    angle: float,
+    along: tuple[float, float],
+    across: tuple[float, float],
+) -> Box:
+    """The axis-aligned box around the rectangle ``along`` x ``across`` of the frame
+    turned by ``angle`` about ``origin``."""
+    ox, oy = origin
+    c, s = math.cos(angle), math.sin(angle)
+    pts = [(ox + u * c - v * s, oy + u * s + v * c) for u in along for v in across]
+    return Box(
+        min(x for x, _ in pts),
+        min(y for _, y in pts),
+        max(x for x, _ in pts),
+        max(y for _, y in pts),
+    )
+
+
+#: A point label's spots around its marker, as (side, level, step): nearest first; a step
 #: moves the label one label height further up or down. Its own level on the right first.
 POINT_LABEL_SPOTS = tuple(
     (side, level, step)
@@ -197,26 +234,48 @@ POINT_LABEL_SPOTS = tuple(
     for side in ("right", "left")
     for level in ("above", "below")
 )
+Spot = tuple[str, str, int]
 
 
-def point_label_box(
-    x: float,
-    y: float,
-    width: float,
-    spot: tuple[str, str, int],
-    *,
-    dx: float,
-    dy: float,
-    height: float,
-) -> Box:
-    """The box of a label ``width`` wide at ``spot`` of the point at (x, y): its near
-    corner ``dx`` to the side and ``dy`` (plus ``step`` label heights) above or below
-    the point's centre."""
+@dataclass(frozen=True)
+class Marker:
+    """A point's marker (centre and radius) and its label, in the plot's units (up
+    positive); ``text=""``: a marker that is not labelled but must stay uncovered."""
+
+    x: float
+    y: float
+    radius: float
+    text: str = ""
+    width: float = 0.0  # the label's
+    below: bool = False  # its label prefers to go below it
+
+
+@dataclass(frozen=True)
+class LabelGaps:
+    """Where a point label sits: its near corner ``x`` beyond the marker's edge and
+    ``y`` beyond its centre (plus the radius past ``radius_y``), ``height`` tall."""
+
+    x: float
+    y: float
+    height: float
+    radius_y: float = 0.0  # markers larger than this push the label out vertically too
+
+
+def label_offset(marker: Marker, spot: Spot, gaps: LabelGaps) -> tuple[float, float]:
+    """The offset of the label's near corner from the marker's centre: (dx, dy), the
+    near corner's alignment being left/right and bottom/top by ``spot``."""
     side, level, step = spot
-    x0 = x + dx if side == "right" else x - dx - width
-    rise = dy + step * height
-    y0 = y + rise if level == "above" else y - rise - height
-    return Box(x0, y0, x0 + width, y0 + height)
+    dx = marker.radius + gaps.x
+    dy = gaps.y + max(0.0, marker.radius - gaps.radius_y) + step * gaps.height
+    return (dx if side == "right" else -dx, dy if level == "above" else -dy)
+
+
+def point_label_box(marker: Marker, spot: Spot, gaps: LabelGaps) -> Box:
+    """The box of ``marker``'s label at ``spot``."""
+    dx, dy = label_offset(marker, spot, gaps)
+    x0 = marker.x + dx if dx > 0 else marker.x + dx - marker.width
+    y0 = marker.y + dy if dy > 0 else marker.y + dy - gaps.height
+    return Box(x0, y0, x0 + marker.width, y0 + gaps.height)
 
 
 def _overlap(a: Box, b: Box) -> float:
@@ -224,34 +283,30 @@ def _overlap(a: Box, b: Box) -> float:
 
 
 def place_point_labels(
-    points: list[tuple[float, float, str, float, bool]],
-    blocked: Iterable[Box] = (),
-    *,
-    radius: float,
-    dx: float,
-    dy: float,
-    height: float,
-) -> list[tuple[str, str, int] | None]:
-    """The spot of each point's batch label: ``points`` are ``(x, y, label, label width,
-    prefers below)`` in the plot's units. A label takes the first spot, its preferred
-    level on the right first, that covers no point's marker (``radius``), no label
-    placed before it and no ``blocked`` box (the roof labels); where none is free, the
-    one that covers least. A point whose marker overlaps a labelled point's with the
-    same label (two precisions of one batch that run alike) shares that label: None.
-    Points are labelled left to right, so a sweep's labels alternate as its batch
-    sizes do."""
-    markers = [Box(x - radius, y - radius, x + radius, y + radius) for x, y, *_ in points]
+    markers: list[Marker], blocked: Iterable[Box] = (), *, gaps: LabelGaps
+) -> list[Spot | None]:
+    """The spot of each marker's label: the first spot, its preferred level on the right
+    first, that covers no marker, no label placed before it and no ``blocked`` box (the
+    roof labels); where none is free, the one that covers least. None for a marker
+    without a label, and for one that overlaps a labelled marker with the same label
+    (two precisions of one batch that run alike share it). Labels are placed left to
+    right, so a sweep's labels alternate as its batch sizes do."""
+    boxes_of = [
+        Box(m.x - m.radius, m.y - m.radius, m.x + m.radius, m.y + m.radius) for m in markers
+    ]
     taken = list(blocked)
-    spots: list[tuple[str, str, int] | None] = [None] * len(points)
+    spots: list[Spot | None] = [None] * len(markers)
     labelled: list[int] = []
-    for i in sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1])):
-        x, y, text, width, below = points[i]
-        if any(points[j][2] == text and markers[j].overlaps(markers[i]) for j in labelled):
+    for i in sorted(range(len(markers)), key=lambda i: (markers[i].x, -markers[i].y)):
+        m = markers[i]
+        if not m.text or any(
+            markers[j].text == m.text and boxes_of[j].overlaps(boxes_of[i]) for j in labelled
+        ):
             continue
-        preferred = ("right", "below" if below else "above", 0)
+        preferred = ("right", "below" if m.below else "above", 0)
         order = [preferred, *(s for s in POINT_LABEL_SPOTS if s != preferred)]
-        boxes = [point_label_box(x, y, width, s, dx=dx, dy=dy, height=height) for s in order]
-        covered = [sum(_overlap(box, o) for o in (*markers, *taken)) for box in boxes]
+        boxes = [point_label_box(m, s, gaps) for s in order]
+        covered = [sum(_overlap(box, o) for o in (*boxes_of, *taken)) for box in boxes]
         k = covered.index(min(covered))  # the first free spot, if any is
         spots[i] = order[k]
         taken.append(boxes[k])
