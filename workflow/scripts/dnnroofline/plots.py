@@ -542,19 +542,13 @@ def plot_roofline(
         mem_labels = memory_roof_labels(
             ((env, msrc, bw) for (env, msrc), bw in sorted(mem_specs.items())), combined
         )
-        x_ends = {
-            (msrc, bw): max(
-                peak / b for e, _, _, peak, ms, b in roof_specs if ms == msrc and b == bw
-            )
-            for (_, msrc), bw in mem_specs.items()
+        ends = {  # a memory roof runs to the farthest ridge it joins
+            key: max(peak / bw for *_, peak, msrc, bw in roof_specs if (msrc, bw) == key)
+            for key in mem_labels
         }
         label_x, dys, mem_label_boxes = place_memory_roof_labels(
             ax,
-            [
-                (lab.text, bw, x_ends[key], lab.prefer_above)
-                for key, lab in mem_labels.items()
-                for _, bw in [key]
-            ],
+            [(lab.text, key[1], ends[key], lab.prefer_above) for key, lab in mem_labels.items()],
             marker_obstacles(ax, batch_markers),
         )
         mem_dy = dict(zip(mem_labels, dys, strict=True))
