@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -355,3 +356,27 @@ def test_batch_labels_keep_apart_and_coincident_points_share_one(points):
     assert by[(40.0, "bs8")] != by[(41.0, "bs32")]
     mark = layer(spec, "batch_labels")["mark"]
     assert mark["dx"] == {"expr": "datum.dx"} and mark["align"] == {"expr": "datum.align"}
+
+
+def test_close_memory_roofs_are_labelled_side_by_side_along_their_diagonals(points):
+    # an H100's datasheet 3.35 TB/s and measured 3.0 TB/s: diagonals a few pixels apart
+    ceil = ceilings(peak=700e12, bw=3.0e12)
+    ceil["roofs"][4]["value"] = 3.35e12
+    spec = it.roofline_chart(points, {"local": ceil}).to_dict()
+    rows = {r["text"].split(":")[0]: r for r in layer_rows(spec, "memory_labels")}
+    measured, datasheet = rows["memory measured"], rows["memory datasheet"]
+    assert measured["x"] == datasheet["x"]  # one x, across the diagonals from each other
+    # written along the diagonal (Vega turns text clockwise; the diagonal rises)
+    domain = layer(spec, "memory_roofs")["encoding"]["x"]["scale"]["domain"]
+    ydomain = layer(spec, "memory_roofs")["encoding"]["y"]["scale"]["domain"]
+    slope = (it.HEIGHT / math.log10(ydomain[1] / ydomain[0])) / (
+        it.WIDTH / math.log10(domain[1] / domain[0])
+    )
+    assert measured["angle"] == pytest.approx(-math.degrees(math.atan(slope)))
+    # their centres a label's height apart across the lines, datasheet's above: a label
+    # is offset (dx, dy) = along (cos, -sin) + up (-sin, -cos) in Vega's downward y
+    theta = math.atan(slope)
+    up = [-(r["dx"] * math.sin(theta) + r["dy"] * math.cos(theta)) for r in (measured, datasheet)]
+    assert up[1] - up[0] >= it.LABEL_HEIGHT_PX - 1
+    mark = layer(spec, "memory_labels")["mark"]
+    assert mark["angle"] == {"expr": "datum.angle"} and mark["dy"] == {"expr": "datum.dy"}

@@ -50,6 +50,7 @@ from dnnroofline.roof_labels import (
     compute_roof_labels,
     label_offset,
     memory_roof_labels,
+    place_diagonal_labels,
     place_labels,
     place_point_labels,
     right_edge_clear_of,
@@ -61,6 +62,7 @@ HEIGHT = 440
 LABEL_HEIGHT_PX = 13.0  # a 10 px label's box, with a little air
 LABEL_CHAR_PX = 5.2  # a 10 px sans-serif label's mean character width, a little over
 POINT_RADIUS_PX = 6.0  # a point mark of area 110 px², with its stroke
+MEMORY_LABEL_ALONG_PX = 4.0  # a memory roof label starts this far along its line
 BATCH_LABEL_PX = 9  # a point's batch label: its font size, and where it sits (roof_labels)
 BATCH_LABEL_GAPS = LabelGaps(x=2.0, y=6.0, height=11.0, radius_y=POINT_RADIUS_PX)
 # a roof label, right-aligned at the chart's right edge, its row's pixel offset ("dy")
@@ -309,7 +311,22 @@ def _decade_range(values, lo_pad, hi_pad):
 # --------------------------------------------------------------------------- chart
 
 
-def batch_label_frame(pts: pd.DataFrame, x_px, y_px, roof_labels) -> pd.DataFrame:
+def point_boxes(pts: pd.DataFrame, x_px, y_px) -> list[Box]:
+    """Each point's mark with room for its batch label on its right, in pixels (up
+    positive): what a memory roof label must not cover."""
+    char_px = LABEL_CHAR_PX * BATCH_LABEL_PX / LABEL_MARK["fontSize"]
+    reach = max(POINT_RADIUS_PX, BATCH_LABEL_GAPS.y + BATCH_LABEL_GAPS.height)
+    boxes = []
+    for ai, f, b in zip(pts.get("ai", []), pts.get("flops", []), pts.get("batch", []), strict=True):
+        x, y = x_px(ai), y_px(f)
+        right = POINT_RADIUS_PX + BATCH_LABEL_GAPS.x + char_px * len(f"bs{int(b)}")
+        boxes.append(Box(x - POINT_RADIUS_PX, y - reach, x + right, y + reach))
+    return boxes
+
+
+def batch_label_frame(
+    pts: pd.DataFrame, x_px, y_px, roof_labels, blocked_more: list[Box] = ()
+) -> pd.DataFrame:
     """One row per batch label to draw (``bs{batch}`` at its point, with its pixel
     offsets and alignment): each at a spot clear of the points, the other labels and the
     roof labels (``(text, centre height)``, right-aligned at the right edge), in pixels
@@ -324,9 +341,9 @@ def batch_label_frame(pts: pd.DataFrame, x_px, y_px, roof_labels) -> pd.DataFram
             c + LABEL_HEIGHT_PX / 2,
         )
         for text, c in roof_labels
-    ]
+    ] + list(blocked_more)
     markers = [
-        Marker(x_px(ai), y_px(f), POINT_RADIUS_PX, f"bs{int(b)}", char_px * len(f"bs{int(b)}"))
+        Marker(x_px(ai), y_px(f), POINT_RADIUS_PX, f"bs{int(b)}", char_px * len(f"bs{int(b)}") + 2)
         for ai, f, b in zip(pts["ai"], pts["flops"], pts["batch"], strict=True)
     ]
     spots = place_point_labels(markers, blocked, gaps=BATCH_LABEL_GAPS)
@@ -447,21 +464,49 @@ def roofline_chart(
 
     # ---- roofs: polylines (x, y) with one id each
     roof_rows, label_rows, ridge_rows, mem_label_rows = [], [], [], []
-    # memory roofs: one label per distinct roof (roof_labels), near the diagonal's lower
-    # end, each next one two label heights further up: a staircase, whatever the roofs
+    # memory roofs: one label per distinct roof (roof_labels), written along the
+    # diagonals, side by side across them, at the first x where they clear the points
     mem_labels = memory_roof_labels(
         ((env, msrc, bw) for (env, msrc), (bw, _) in sorted(mem.items())), combined
     )
-    stair = 10 ** (2 * LABEL_HEIGHT_PX * decades / HEIGHT)  # x factor of one step
+    ends = {
+        (msrc, bw): max(
+            s["ridge"] for s in specs if s["env"] in lab.envs and s["mem_source"] == msrc
+        )
+        for (msrc, bw), lab in mem_labels.items()
+    }
+    first = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw in mem_labels)
+    last = min(ends.values()) / 4  # room left for the labels
+    angle = math.atan2(HEIGHT / decades, WIDTH / (math.log10(xhi) - math.log10(xlo)))
+    diag = place_diagonal_labels(
+        [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last],
+        lambda x, y: (x_px(x), y_px(y)),
+        [
+            (bw, LABEL_CHAR_PX * len(lab.text), lab.prefer_above)
+            for (_, bw), lab in mem_labels.items()
+        ],
+        angle,
+        point_boxes(pts, x_px, y_px),
+        height=LABEL_HEIGHT_PX,
+        along=MEMORY_LABEL_ALONG_PX,
+    )
+    for ((_, bw), lab), dy in zip(mem_labels.items(), diag.dys, strict=True):
+        along, up = MEMORY_LABEL_ALONG_PX, dy
+        mem_label_rows.append(
+            {
+                "x": diag.x,
+                "y": diag.x * bw,
+                "text": lab.text,
+                "dx": along * math.cos(angle) - up * math.sin(angle),
+                "dy": -(along * math.sin(angle) + up * math.cos(angle)),  # Vega: down
+                "angle": -math.degrees(angle),  # Vega: clockwise
+            }
+        )
     for (env, msrc), (bw, note) in sorted(mem.items()):
         x_end = max(s["ridge"] for s in specs if s["env"] == env and s["mem_source"] == msrc)
         x0 = max(xlo, ylo / bw)
         rid = f"{env} memory {msrc}"
         label = f"{env + ' ' if combined else ''}memory {msrc}: {si(bw, 'B/s')}"
-        shared = mem_labels[(msrc, bw)]
-        lx = x0 * 1.25 * stair ** len(mem_label_rows)
-        if env == shared.envs[0] and lx < x_end:
-            mem_label_rows.append({"x": lx, "y": lx * bw, "text": shared.text})
         for x in (x0, x_end):
             roof_rows.append(
                 {
@@ -552,8 +597,19 @@ def roofline_chart(
         alt.Chart(labels[labels["shared"]], name="shared_roof_labels")
         .mark_text(**LABEL_MARK)
         .encode(**label_at, color=alt.value("#555555")),
-        alt.Chart(pd.DataFrame(mem_label_rows, columns=["x", "y", "text"]), name="memory_labels")
-        .mark_text(align="left", baseline="bottom", dx=2, dy=-6, fontSize=10, clip=True)
+        alt.Chart(
+            pd.DataFrame(mem_label_rows, columns=["x", "y", "text", "dx", "dy", "angle"]),
+            name="memory_labels",
+        )
+        .mark_text(
+            align="left",
+            baseline="middle",
+            dx=alt.expr("datum.dx"),
+            dy=alt.expr("datum.dy"),
+            angle=alt.expr("datum.angle"),
+            fontSize=10,
+            clip=True,
+        )
         .encode(x="x:Q", y="y:Q", text="text:N", color=alt.value("#333333")),
         alt.Chart(pd.DataFrame(ridge_rows), name="ridges")
         .mark_point(shape="diamond", filled=True, size=50, stroke="#333333", strokeWidth=0.6)
@@ -602,6 +658,7 @@ def roofline_chart(
             x_px,
             y_px,
             [(lab.text, c) for lab, c in zip(roof_labels.values(), placed, strict=True)],
+            diag.bounds,
         )
         pick = alt.selection_point(fields=["model"], bind="legend", name="pick_model")
         zoom = alt.selection_interval(bind="scales", name="zoom")

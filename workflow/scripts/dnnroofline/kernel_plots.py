@@ -117,7 +117,7 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
     Returns the boxes around the labels (points)."""
     xlo, (ylo, _) = ax.get_xlim()[0], ax.get_ylim()
     texts = [f"{LEVEL_NAMES[level]} {source}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
-    label_x, dys, boxes = place_memory_roof_labels(
+    diag = place_memory_roof_labels(
         ax,
         [
             (text, bw, x_end, source != "measured")
@@ -125,7 +125,7 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
         ],
         obstacles,
     )
-    for text, (level, source, bw, x_end), dy in zip(texts, roofs, dys, strict=True):
+    for text, (level, source, bw, x_end), dy in zip(texts, roofs, diag.dys, strict=True):
         draw_memory_roof(
             ax,
             bw,
@@ -136,10 +136,10 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
             source=source,
             gid=_gid("roof", env, "memory", level, source),
             label=text,
-            label_x=label_x,
+            label_x=diag.x,
             label_dy=dy,
         )
-    return boxes
+    return diag.bounds
 
 
 def _compute_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:

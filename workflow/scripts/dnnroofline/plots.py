@@ -46,18 +46,18 @@ from dnnroofline.point_inputs import ceilings_path
 from dnnroofline.roof_labels import (
     LABEL_HEIGHT_PT,
     Box,
+    DiagonalLabels,
     LabelGaps,
     Marker,
     Obstacle,
     Spot,
     compute_roof_labels,
     label_offset,
-    meets_rotated,
     memory_roof_labels,
+    place_diagonal_labels,
     place_labels,
     place_point_labels,
     right_edge_clear_of,
-    rotated_bounds,
 )
 
 DPI = 150
@@ -290,54 +290,23 @@ def place_compute_roof_labels(
 
 def place_memory_roof_labels(
     ax, roofs: list[tuple[str, float, float, bool]], obstacles: list[Obstacle] = ()
-) -> tuple[float, list[float], list[Box]]:
+) -> DiagonalLabels:
     """Memory roof labels ``(text, bandwidth, the line's end x, prefers above)``, side
-    by side across the diagonals (place_labels: log-log diagonals are parallel) at one
-    x: the first, from where every diagonal is inside the frame and doubling, at which
-    no label meets an obstacle (a point with room for its label), else the first.
-    Returns that x, each label's offset across its line and the boxes around the labels
-    (points)."""
+    by side across the diagonals, at the first x, from where every diagonal is inside the
+    frame and doubling, at which no label meets an obstacle (a point with room for its
+    label): see place_diagonal_labels (points, as :func:`_points` gives them)."""
     (xlo, _), (ylo, _) = ax.get_xlim(), ax.get_ylim()
     first = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw, _, _ in roofs)
-    angle = math.radians(_diagonal_angle(ax, first, 1.0))
-    across = [
-        -x * math.sin(angle) + y * math.cos(angle)
-        for x, y in (_points(ax, first, first * bw) for _, bw, _, _ in roofs)
-    ]
-    placed = place_labels(across, [above for *_, above in roofs])
-    dys = [c - a for a, c in zip(across, placed, strict=True)]
-    widths = [text_width_pt(text, MEMORY_LABEL_PT) for text, *_ in roofs]
-    boxes_in = [_obstacle_box(ax, o) for o in obstacles]
-    half = LABEL_HEIGHT_PT / 2
-
-    def spans(
-        x: float,
-    ) -> list[tuple[tuple[float, float], tuple[float, float], tuple[float, float]]]:
-        return [
-            (
-                _points(ax, x, x * bw),
-                (MEMORY_LABEL_DX_PT, MEMORY_LABEL_DX_PT + w),
-                (dy - half, dy + half),
-            )
-            for (_, bw, _, _), w, dy in zip(roofs, widths, dys, strict=True)
-        ]
-
     last = min(x_end for _, _, x_end, _ in roofs) / 4  # room left for the labels
-    candidates = [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last]
-    label_x = next(
-        (
-            x
-            for x in candidates
-            if not any(
-                meets_rotated(b, origin, angle, along, acr)
-                for origin, along, acr in spans(x)
-                for b in boxes_in
-            )
-        ),
-        first,
+    return place_diagonal_labels(
+        [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last],
+        lambda x, y: _points(ax, x, y),
+        [(bw, text_width_pt(text, MEMORY_LABEL_PT), above) for text, bw, _, above in roofs],
+        math.radians(_diagonal_angle(ax, first, 1.0)),
+        [_obstacle_box(ax, o) for o in obstacles],
+        height=LABEL_HEIGHT_PT,
+        along=MEMORY_LABEL_DX_PT,
     )
-    bounds = [rotated_bounds(origin, angle, along, acr) for origin, along, acr in spans(label_x)]
-    return label_x, dys, bounds
 
 
 def _obstacle_box(ax, o: Obstacle) -> Box:
@@ -546,12 +515,13 @@ def plot_roofline(
             key: max(peak / bw for *_, peak, msrc, bw in roof_specs if (msrc, bw) == key)
             for key in mem_labels
         }
-        label_x, dys, mem_label_boxes = place_memory_roof_labels(
+        diag = place_memory_roof_labels(
             ax,
             [(lab.text, key[1], ends[key], lab.prefer_above) for key, lab in mem_labels.items()],
             marker_obstacles(ax, batch_markers),
         )
-        mem_dy = dict(zip(mem_labels, dys, strict=True))
+        label_x, mem_label_boxes = diag.x, diag.bounds
+        mem_dy = dict(zip(mem_labels, diag.dys, strict=True))
         for (env, msrc), bw in sorted(mem_specs.items()):
             x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
             label = mem_labels[(msrc, bw)]

@@ -11,7 +11,7 @@ batch label keeps clear of the other points, their labels and the roof labels.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 #: A 7 pt label's box, with a little air (points; the interactive chart scales it).
@@ -207,23 +207,79 @@ def meets_rotated(
     return min(us) < along[1] and max(us) > along[0] and min(vs) < across[1] and max(vs) > across[0]
 
 
-def rotated_bounds(
+def rotated_boxes(
     origin: tuple[float, float],
     angle: float,
     along: tuple[float, float],
     across: tuple[float, float],
-) -> Box:
-    """The axis-aligned box around the rectangle ``along`` x ``across`` of the frame
-    turned by ``angle`` about ``origin``."""
+) -> list[Box]:
+    """Axis-aligned boxes that cover the rectangle ``along`` x ``across`` of the frame
+    turned by ``angle`` about ``origin``, a piece as long as it is wide at a time: one
+    box around a long slanted label would block the whole square it spans."""
     ox, oy = origin
     c, s = math.cos(angle), math.sin(angle)
-    pts = [(ox + u * c - v * s, oy + u * s + v * c) for u in along for v in across]
-    return Box(
-        min(x for x, _ in pts),
-        min(y for _, y in pts),
-        max(x for x, _ in pts),
-        max(y for _, y in pts),
+    (u0, u1), (v0, v1) = along, across
+    n = max(1, math.ceil((u1 - u0) / max(v1 - v0, 1e-9)))
+    boxes = []
+    for k in range(n):
+        a, b = u0 + (u1 - u0) * k / n, u0 + (u1 - u0) * (k + 1) / n
+        pts = [(ox + u * c - v * s, oy + u * s + v * c) for u in (a, b) for v in (v0, v1)]
+        xs, ys = [x for x, _ in pts], [y for _, y in pts]
+        boxes.append(Box(min(xs), min(ys), max(xs), max(ys)))
+    return boxes
+
+
+@dataclass(frozen=True)
+class DiagonalLabels:
+    """Where the memory roofs' labels go: at ``x`` (data) on each diagonal, ``dys``
+    across it, and boxes that cover them (plot units: see rotated_boxes)."""
+
+    x: float
+    dys: list[float]
+    bounds: list[Box]
+
+
+def place_diagonal_labels(
+    candidates: list[float],
+    at: Callable[[float, float], tuple[float, float]],
+    roofs: list[tuple[float, float, bool]],
+    angle: float,
+    obstacles: Iterable[Box],
+    *,
+    height: float,
+    along: float,
+) -> DiagonalLabels:
+    """Labels of diagonal roofs ``(bandwidth, label width, prefers above)``, side by side
+    across the diagonals (place_labels: log-log diagonals are parallel, ``angle`` on the
+    plot) at one x: the first of ``candidates`` at which no label meets an obstacle, else
+    the first. ``at`` maps data (x, y) to the plot; a label starts ``along`` its line."""
+    obstacles = list(obstacles)
+    first = candidates[0]
+    c, s = math.cos(angle), math.sin(angle)
+    across = [-x * s + y * c for x, y in (at(first, first * bw) for bw, _, _ in roofs)]
+    placed = place_labels(across, [above for *_, above in roofs], height)
+    dys = [p - a for a, p in zip(across, placed, strict=True)]
+
+    def spans(x: float):
+        return [
+            (at(x, x * bw), (along, along + w), (dy - height / 2, dy + height / 2))
+            for (bw, w, _), dy in zip(roofs, dys, strict=True)
+        ]
+
+    label_x = next(
+        (
+            x
+            for x in candidates
+            if not any(
+                meets_rotated(b, origin, angle, a, acr)
+                for origin, a, acr in spans(x)
+                for b in obstacles
+            )
+        ),
+        first,
     )
+    bounds = [b for origin, a, acr in spans(label_x) for b in rotated_boxes(origin, angle, a, acr)]
+    return DiagonalLabels(label_x, dys, bounds)
 
 
 #: A point label's spots around its marker, as (side, level, step): nearest first; a step
