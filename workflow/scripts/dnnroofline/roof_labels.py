@@ -119,13 +119,13 @@ def place_labels(
 
 @dataclass(frozen=True)
 class Obstacle:
-    """What a compute roof's label must not cover: a point with its batch label, or an AI
+    """What a roof label must not cover: a marker with room for its label, or an AI
     range bar. x in data units (AI, a log axis), the rest in the plot's units (up positive)."""
 
     x_lo: float
     x_hi: float
     pad_left: float  # beyond x_lo: the marker's radius
-    pad_right: float  # beyond x_hi: the marker's radius and its batch label
+    pad_right: float  # beyond x_hi: the marker's radius and its label
     y_lo: float
     y_hi: float
 
