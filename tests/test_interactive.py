@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from dnnroofline import interactive as it
+from dnnroofline import interactive_labels as chart_labels
 from dnnroofline.errors import InputError
 from dnnroofline.ncu import parse_ncu_csv
 
@@ -186,7 +187,7 @@ def test_two_envs_of_one_machine_share_a_roof_label_and_keep_close_ones_apart(po
     # pixel offsets (Vega: down is positive) from lines < 1 px apart: the labels are a
     # label's height apart, the higher roof's (local) on top
     dy = {e: r["dy"] for e, r in own.items()}
-    assert dy["local_compiled"] - dy["local"] >= it.LABEL_HEIGHT_PX - 1
+    assert dy["local_compiled"] - dy["local"] >= chart_labels.LABEL_HEIGHT_PX - 1
     assert layer(spec, "roof_labels")["mark"]["dy"] == {"expr": "datum.dy"}
     # their memory roofs coincide too: labelled once each, one step apart up the diagonal
     mem = layer_rows(spec, "memory_labels")
@@ -369,14 +370,14 @@ def test_close_memory_roofs_are_labelled_side_by_side_along_their_diagonals(poin
     # written along the diagonal (Vega turns text clockwise; the diagonal rises)
     domain = layer(spec, "memory_roofs")["encoding"]["x"]["scale"]["domain"]
     ydomain = layer(spec, "memory_roofs")["encoding"]["y"]["scale"]["domain"]
-    slope = (it.HEIGHT / math.log10(ydomain[1] / ydomain[0])) / (
-        it.WIDTH / math.log10(domain[1] / domain[0])
+    slope = (chart_labels.HEIGHT / math.log10(ydomain[1] / ydomain[0])) / (
+        chart_labels.WIDTH / math.log10(domain[1] / domain[0])
     )
     assert measured["angle"] == pytest.approx(-math.degrees(math.atan(slope)))
     # their centres a label's height apart across the lines, datasheet's above: a label
     # is offset (dx, dy) = along (cos, -sin) + up (-sin, -cos) in Vega's downward y
     theta = math.atan(slope)
     up = [-(r["dx"] * math.sin(theta) + r["dy"] * math.cos(theta)) for r in (measured, datasheet)]
-    assert up[1] - up[0] >= it.LABEL_HEIGHT_PX - 1
+    assert up[1] - up[0] >= chart_labels.LABEL_HEIGHT_PX - 1
     mark = layer(spec, "memory_labels")["mark"]
     assert mark["angle"] == {"expr": "datum.angle"} and mark["dy"] == {"expr": "datum.dy"}

@@ -41,33 +41,28 @@ import pandas as pd
 from dnnroofline import roofline
 from dnnroofline.aggregate import plottable_points
 from dnnroofline.errors import InputError
-from dnnroofline.report.compare import short_lever as lever
-from dnnroofline.roof_labels import (
-    Box,
-    LabelGaps,
-    Marker,
-    Obstacle,
-    compute_roof_labels,
-    label_offset,
-    memory_roof_labels,
-    place_diagonal_labels,
-    place_labels,
-    place_point_labels,
-    right_edge_clear_of,
-    si,
+from dnnroofline.interactive_labels import (
+    BATCH_LABEL_PX,
+    HEIGHT,
+    LABEL_DX_PX,
+    LABEL_FONT_PX,
+    WIDTH,
+    PixelFrame,
+    batch_label_frame,
+    layout_roof_labels,
+    memory_label_rows,
 )
+from dnnroofline.report.compare import short_lever as lever
+from dnnroofline.roof_labels import compute_roof_labels, memory_roof_labels, si
 
-WIDTH = 720
-HEIGHT = 440
-LABEL_HEIGHT_PX = 13.0  # a 10 px label's box, with a little air
-LABEL_CHAR_PX = 5.2  # a 10 px sans-serif label's mean character width, a little over
-POINT_RADIUS_PX = 6.0  # a point mark of area 110 px², with its stroke
-MEMORY_LABEL_ALONG_PX = 4.0  # a memory roof label starts this far along its line
-BATCH_LABEL_PX = 9  # a point's batch label: its font size, and where it sits (roof_labels)
-BATCH_LABEL_GAPS = LabelGaps(x=2.0, y=6.0, height=11.0, radius_y=POINT_RADIUS_PX)
 # a roof label, right-aligned at the chart's right edge, its row's pixel offset ("dy")
 LABEL_MARK = dict(
-    align="right", baseline="middle", dx=-4, dy=alt.expr("datum.dy"), fontSize=10, clip=True
+    align="right",
+    baseline="middle",
+    dx=-LABEL_DX_PX,
+    dy=alt.expr("datum.dy"),
+    fontSize=LABEL_FONT_PX,
+    clip=True,
 )
 #: Mark names: Vega data sets and SVG groups (``g.{name}_marks``) carry them.
 POINTS = "points"
@@ -311,61 +306,6 @@ def _decade_range(values, lo_pad, hi_pad):
 # --------------------------------------------------------------------------- chart
 
 
-def point_boxes(pts: pd.DataFrame, x_px, y_px) -> list[Box]:
-    """Each point's mark with room for its batch label on its right, in pixels (up
-    positive): what a memory roof label must not cover."""
-    char_px = LABEL_CHAR_PX * BATCH_LABEL_PX / LABEL_MARK["fontSize"]
-    reach = max(POINT_RADIUS_PX, BATCH_LABEL_GAPS.y + BATCH_LABEL_GAPS.height)
-    boxes = []
-    for ai, f, b in zip(pts.get("ai", []), pts.get("flops", []), pts.get("batch", []), strict=True):
-        x, y = x_px(ai), y_px(f)
-        right = POINT_RADIUS_PX + BATCH_LABEL_GAPS.x + char_px * len(f"bs{int(b)}")
-        boxes.append(Box(x - POINT_RADIUS_PX, y - reach, x + right, y + reach))
-    return boxes
-
-
-def batch_label_frame(
-    pts: pd.DataFrame, x_px, y_px, roof_labels, blocked_more: list[Box] = ()
-) -> pd.DataFrame:
-    """One row per batch label to draw (``bs{batch}`` at its point, with its pixel
-    offsets and alignment): each at a spot clear of the points, the other labels and the
-    roof labels (``(text, centre height)``, right-aligned at the right edge), in pixels
-    of the chart as first drawn; points of one batch that coincide share one label."""
-    char_px = LABEL_CHAR_PX * BATCH_LABEL_PX / LABEL_MARK["fontSize"]
-    right = WIDTH + LABEL_MARK["dx"]
-    blocked = [
-        Box(
-            right - LABEL_CHAR_PX * len(text),
-            c - LABEL_HEIGHT_PX / 2,
-            right,
-            c + LABEL_HEIGHT_PX / 2,
-        )
-        for text, c in roof_labels
-    ] + list(blocked_more)
-    markers = [
-        Marker(x_px(ai), y_px(f), POINT_RADIUS_PX, f"bs{int(b)}", char_px * len(f"bs{int(b)}") + 2)
-        for ai, f, b in zip(pts["ai"], pts["flops"], pts["batch"], strict=True)
-    ]
-    spots = place_point_labels(markers, blocked, gaps=BATCH_LABEL_GAPS)
-    rows = []
-    for ai, f, m, spot in zip(pts["ai"], pts["flops"], markers, spots, strict=True):
-        if spot is None:
-            continue
-        dx, dy = label_offset(m, spot, BATCH_LABEL_GAPS)
-        rows.append(
-            {
-                "ai": ai,
-                "flops": f,
-                "label": m.text,
-                "align": "left" if dx > 0 else "right",
-                "dx": dx,
-                "baseline": "bottom" if dy > 0 else "top",
-                "dy": -dy,  # Vega's y grows downwards
-            }
-        )
-    return pd.DataFrame(rows, columns=["ai", "flops", "label", "align", "dx", "baseline", "dy"])
-
-
 def roofline_chart(
     points: pd.DataFrame,
     ceilings_by_env: Mapping[str, Mapping],
@@ -399,45 +339,15 @@ def roofline_chart(
     ys = list(pts["flops"]) + list(kern["flops"]) + peaks
     xlo, xhi = _decade_range(xs, 4, 4)
     ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
-    decades = math.log10(yhi) - math.log10(ylo)
 
-    def y_px(y: float) -> float:
-        return HEIGHT * (math.log10(y) - math.log10(ylo)) / decades
-
-    # one label per distinct roof, placed apart from close roofs' labels (roof_labels),
-    # in pixels of the chart as first drawn: a zoom keeps each label next to its line;
-    # the right edge moves right until the labels clear the points
+    # one label per distinct roof, placed apart from close roofs' labels (roof_labels);
+    # the right edge moves right until the labels clear the points (interactive_labels)
     roof_labels = compute_roof_labels(
         ((s["env"], s["precision"], s["source"], s["peak"], s["ridge"]) for s in specs), combined
     )
-    heights = [y_px(peak) for *_, peak in roof_labels]
-    placed = place_labels(
-        heights, [lab.prefer_above for lab in roof_labels.values()], height=LABEL_HEIGHT_PX
-    )
-    xhi = right_edge_clear_of(
-        xlo,
-        xhi,
-        WIDTH,
-        [
-            (LABEL_CHAR_PX * len(lab.text), c - LABEL_HEIGHT_PX / 2, c + LABEL_HEIGHT_PX / 2)
-            for lab, c in zip(roof_labels.values(), placed, strict=True)
-        ],
-        [
-            Obstacle(
-                min(r.ai, r.ai_low) if _isnum(r.ai_low) else r.ai,
-                max(r.ai, r.ai_high) if _isnum(r.ai_high) else r.ai,
-                POINT_RADIUS_PX,
-                POINT_RADIUS_PX,
-                y_px(r.flops) - POINT_RADIUS_PX,
-                y_px(r.flops) + POINT_RADIUS_PX,
-            )
-            for r in pts.itertuples(index=False)
-        ],
-        gap=-LABEL_MARK["dx"],
-    )
-
-    def x_px(x: float) -> float:
-        return WIDTH * (math.log10(x) - math.log10(xlo)) / (math.log10(xhi) - math.log10(xlo))
+    roof_layout = layout_roof_labels(roof_labels, PixelFrame(xlo, xhi, ylo, yhi), pts)
+    xhi = roof_layout.xhi
+    frame = PixelFrame(xlo, xhi, ylo, yhi)
 
     # series (colour): the precision, or "env · precision" when several envs share a chart
     # once each: a precision has a measured and a datasheet roof, and Vega pairs the
@@ -463,7 +373,7 @@ def roofline_chart(
     dash = alt.Scale(domain=list(SOURCE_DASH), range=list(SOURCE_DASH.values()))
 
     # ---- roofs: polylines (x, y) with one id each
-    roof_rows, label_rows, ridge_rows, mem_label_rows = [], [], [], []
+    roof_rows, label_rows, ridge_rows = [], [], []
     # memory roofs: one label per distinct roof (roof_labels), written along the
     # diagonals, side by side across them, at the first x where they clear the points
     mem_labels = memory_roof_labels(
@@ -475,33 +385,7 @@ def roofline_chart(
         )
         for (msrc, bw), lab in mem_labels.items()
     }
-    first = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw in mem_labels)
-    last = min(ends.values()) / 4  # room left for the labels
-    angle = math.atan2(HEIGHT / decades, WIDTH / (math.log10(xhi) - math.log10(xlo)))
-    diag = place_diagonal_labels(
-        [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last],
-        lambda x, y: (x_px(x), y_px(y)),
-        [
-            (bw, LABEL_CHAR_PX * len(lab.text), lab.prefer_above)
-            for (_, bw), lab in mem_labels.items()
-        ],
-        angle,
-        point_boxes(pts, x_px, y_px),
-        height=LABEL_HEIGHT_PX,
-        along=MEMORY_LABEL_ALONG_PX,
-    )
-    for ((_, bw), lab), dy in zip(mem_labels.items(), diag.dys, strict=True):
-        along, up = MEMORY_LABEL_ALONG_PX, dy
-        mem_label_rows.append(
-            {
-                "x": diag.x,
-                "y": diag.x * bw,
-                "text": lab.text,
-                "dx": along * math.cos(angle) - up * math.sin(angle),
-                "dy": -(along * math.sin(angle) + up * math.cos(angle)),  # Vega: down
-                "angle": -math.degrees(angle),  # Vega: clockwise
-            }
-        )
+    mem_label_rows, mem_label_boxes = memory_label_rows(mem_labels, ends, frame, pts)
     for (env, msrc), (bw, note) in sorted(mem.items()):
         x_end = max(s["ridge"] for s in specs if s["env"] == env and s["mem_source"] == msrc)
         x0 = max(xlo, ylo / bw)
@@ -550,9 +434,7 @@ def roofline_chart(
                 "roof": label,
             }
         )
-    for ((prec, _source, peak), lab), y, c in zip(
-        roof_labels.items(), heights, placed, strict=True
-    ):
+    for ((prec, _source, peak), lab), dy in zip(roof_labels.items(), roof_layout.dys, strict=True):
         label_rows.append(
             {
                 "x": xhi,
@@ -560,7 +442,7 @@ def roofline_chart(
                 "text": lab.text,
                 "series": f"{lab.envs[0]} · {prec}" if combined else prec,
                 "shared": len(lab.envs) > 1,
-                "dy": y - c,  # Vega's y grows downwards
+                "dy": -dy,  # Vega's y grows downwards
             }
         )
     roofs_df = pd.DataFrame(roof_rows)
@@ -653,13 +535,7 @@ def roofline_chart(
 
     # ---- the study's points
     if len(pts):
-        batch_labels = batch_label_frame(
-            pts,
-            x_px,
-            y_px,
-            [(lab.text, c) for lab, c in zip(roof_labels.values(), placed, strict=True)],
-            diag.bounds,
-        )
+        batch_labels = batch_label_frame(pts, frame, roof_layout.boxes + mem_label_boxes)
         pick = alt.selection_point(fields=["model"], bind="legend", name="pick_model")
         zoom = alt.selection_interval(bind="scales", name="zoom")
         tips = [

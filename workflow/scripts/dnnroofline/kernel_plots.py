@@ -47,11 +47,16 @@ from dnnroofline.kernel_roofline import (
 from dnnroofline.plots import (
     _RC,
     AXIS_X,
-    BATCH_LABEL_PT,
-    LINESTYLES,
     _gid,
     above_roof_handle,
     draw_above_roof_ring,
+    precision_color,
+    save_figure,
+    sectioned_legend,
+)
+from dnnroofline.roof_artists import (
+    BATCH_LABEL_PT,
+    LINESTYLES,
     draw_compute_roof,
     draw_memory_roof,
     draw_point_label,
@@ -59,9 +64,6 @@ from dnnroofline.plots import (
     place_compute_roof_labels,
     place_memory_roof_labels,
     place_point_labels_pt,
-    precision_color,
-    save_figure,
-    sectioned_legend,
     text_width_pt,
 )
 from dnnroofline.roof_labels import Box, Marker, compute_roof_labels, si
@@ -115,7 +117,7 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
     labelled, the labels side by side across the diagonals and clear of ``obstacles``
     (place_memory_roof_labels): measured ones under their line, the others over it.
     Returns the boxes around the labels (points)."""
-    xlo, (ylo, _) = ax.get_xlim()[0], ax.get_ylim()
+    xlo = ax.get_xlim()[0]
     texts = [f"{LEVEL_NAMES[level]} {source}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
     diag = place_memory_roof_labels(
         ax,
@@ -131,7 +133,6 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
             bw,
             xlo,
             x_end,
-            ylo,
             color=LEVEL_COLORS[level],
             source=source,
             gid=_gid("roof", env, "memory", level, source),

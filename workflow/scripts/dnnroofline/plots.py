@@ -25,16 +25,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 from matplotlib.transforms import blended_transform_factory
 
@@ -43,22 +40,20 @@ from dnnroofline.aggregate import group_summary, plottable_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path
 from dnnroofline.point_inputs import ceilings_path
-from dnnroofline.roof_labels import (
-    LABEL_HEIGHT_PT,
-    Box,
-    DiagonalLabels,
-    LabelGaps,
-    Marker,
-    Obstacle,
-    Spot,
-    compute_roof_labels,
-    label_offset,
-    memory_roof_labels,
-    place_diagonal_labels,
-    place_labels,
-    place_point_labels,
-    right_edge_clear_of,
+from dnnroofline.roof_artists import (
+    BATCH_LABEL_PT,
+    LINESTYLES,
+    draw_compute_roof,
+    draw_memory_roof,
+    draw_point_label,
+    marker_obstacles,
+    place_compute_roof_labels,
+    place_memory_roof_labels,
+    place_point_labels_pt,
+    text_width_pt,
+    to_points,
 )
+from dnnroofline.roof_labels import Marker, Obstacle, compute_roof_labels, memory_roof_labels
 
 DPI = 150
 AXIS_X = "Arithmetic intensity (FLOP/byte)"
@@ -66,17 +61,7 @@ AXIS_Y = "Attained performance (FLOP/s)"
 ABOVE_ROOF_LABEL = "above roof: check peak"
 ABOVE_ROOF_COLOR = "red"
 AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
-LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
-# Sizes (points) that the roof labels' placement reads: see _point_obstacles.
-ROOF_LABEL_PT = 7
-ROOF_LABEL_GAP_PT = 3  # between a roof label's right end and the axis' right edge
-MEMORY_LABEL_PT = 6.5
-MEMORY_LABEL_DX_PT = 2  # a memory roof label starts this far along its line
-POINT_MARKER_PT = 7
-BATCH_LABEL_PT = 6.5
-#: A point label's near corner 3.5 pt beyond its marker's edge and 5 pt above or below
-#: its centre (more for a marker larger than 3.5 pt), in a box of its font size + 1 pt.
-POINT_LABEL_GAPS = LabelGaps(x=3.5, y=5.0, height=BATCH_LABEL_PT + 1, radius_y=3.5)
+POINT_MARKER_PT = 7  # a roofline point's marker, which the labels keep clear of
 
 PRECISION_COLORS = {
     "fp32": "tab:blue",
@@ -193,202 +178,15 @@ def sectioned_legend(
             text.set_fontweight("bold")
 
 
-def draw_compute_roof(
-    ax, peak, x_start, x_end, *, color, source, gid, label, above=None, label_dy=None
-):
-    """A horizontal compute roof, labelled at its right end. Of two close roofs, the
-    higher one's label goes over its line and the lower one's under it (``above``), so
-    both stay legible; by default measured labels go under, datasheet labels over.
-    ``label_dy`` (points, the label's centre above the line) overrides that: see
-    place_labels. ``label=None`` draws the line alone."""
-    ax.plot(
-        [x_start, x_end],
-        [peak, peak],
-        color=color,
-        linestyle=LINESTYLES[source],
-        linewidth=1.6,
-        gid=gid,
-        zorder=2,
-    )
-    if label is None:
-        return
-    below = source == "measured" if above is None else not above
-    if label_dy is None:
-        xytext, va = (-ROOF_LABEL_GAP_PT, -3 if below else 2), "top" if below else "bottom"
-    else:
-        xytext, va = (-ROOF_LABEL_GAP_PT, label_dy), "center"
-    ax.annotate(
-        label,
-        (x_end, peak),
-        xytext=xytext,
-        textcoords="offset points",
-        ha="right",
-        va=va,
-        fontsize=ROOF_LABEL_PT,
-        color=color,
-    )
-
-
-def draw_memory_roof(
-    ax, bw, x_start, x_end, y_floor, *, color, source, gid, label, label_x=None, label_dy=4.0
-):
-    """A diagonal memory roof, labelled along the line at ``label_x`` (by default near
-    its lower-left end) if that lies left of the roof's end; ``label_dy``: points, the
-    label's centre across the line, up-left positive (see place_memory_roof_labels).
-    ``label=None`` draws the line alone."""
-    ax.plot(
-        [x_start, x_end],
-        [x_start * bw, x_end * bw],
-        color=color,
-        linestyle=LINESTYLES[source],
-        linewidth=1.4,
-        gid=gid,
-        zorder=2,
-    )
-    lx = max(x_start * 1.25, y_floor * 2.5 / bw) if label_x is None else label_x
-    if label is not None and lx < x_end:
-        angle = _diagonal_angle(ax, lx, bw)
-        a = math.radians(angle)
-        ax.annotate(
-            label,
-            (lx, lx * bw),
-            xytext=(
-                MEMORY_LABEL_DX_PT * math.cos(a) - label_dy * math.sin(a),
-                MEMORY_LABEL_DX_PT * math.sin(a) + label_dy * math.cos(a),
-            ),
-            textcoords="offset points",
-            rotation=angle,
-            rotation_mode="anchor",
-            va="center",
-            fontsize=MEMORY_LABEL_PT,
-            color=color,
-        )
-
-
-def place_compute_roof_labels(
-    ax, labels: list[tuple[str, float, bool]], obstacles: list[Obstacle]
-) -> tuple[float, list[float], list[Box]]:
-    """Compute roof labels ``(text, peak, prefers above)``, right-aligned at the axis'
-    right edge: placed apart from each other and from the lines (place_labels), and the
-    right edge moved right, and set, until they clear ``obstacles`` (right_edge_clear_of).
-    Returns the right edge, each label's centre offset from its line and their boxes
-    (points, as :func:`_points` gives them)."""
-    (xlo, xhi), dpi = ax.get_xlim(), ax.figure.dpi
-    heights = [_points(ax, xhi, peak)[1] for _, peak, _ in labels]
-    placed = place_labels(heights, [above for *_, above in labels])
-    spans = [
-        (text_width_pt(text, ROOF_LABEL_PT), c - LABEL_HEIGHT_PT / 2, c + LABEL_HEIGHT_PT / 2)
-        for (text, _, _), c in zip(labels, placed, strict=True)
-    ]
-    width = ax.get_window_extent().width * 72 / dpi
-    xhi = right_edge_clear_of(xlo, xhi, width, spans, obstacles, gap=ROOF_LABEL_GAP_PT)
-    ax.set_xlim(xlo, xhi)
-    right = _points(ax, xhi, 1.0)[0] - ROOF_LABEL_GAP_PT
-    boxes = [Box(right - w, lo, right, hi) for w, lo, hi in spans]
-    return xhi, [c - y for y, c in zip(heights, placed, strict=True)], boxes
-
-
-def place_memory_roof_labels(
-    ax, roofs: list[tuple[str, float, float, bool]], obstacles: list[Obstacle] = ()
-) -> DiagonalLabels:
-    """Memory roof labels ``(text, bandwidth, the line's end x, prefers above)``, side
-    by side across the diagonals, at the first x, from where every diagonal is inside the
-    frame and doubling, at which no label meets an obstacle (a point with room for its
-    label): see place_diagonal_labels (points, as :func:`_points` gives them)."""
-    (xlo, _), (ylo, _) = ax.get_xlim(), ax.get_ylim()
-    first = max(max(xlo * 1.25, ylo * 2.5 / bw) for _, bw, _, _ in roofs)
-    last = min(x_end for _, _, x_end, _ in roofs) / 4  # room left for the labels
-    return place_diagonal_labels(
-        [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last],
-        lambda x, y: _points(ax, x, y),
-        [(bw, text_width_pt(text, MEMORY_LABEL_PT), above) for text, bw, _, above in roofs],
-        math.radians(_diagonal_angle(ax, first, 1.0)),
-        [_obstacle_box(ax, o) for o in obstacles],
-        height=LABEL_HEIGHT_PT,
-        along=MEMORY_LABEL_DX_PT,
-    )
-
-
-def _obstacle_box(ax, o: Obstacle) -> Box:
-    """An obstacle as a box in points, as :func:`_points` gives them."""
-    return Box(
-        _points(ax, o.x_lo, 1.0)[0] - o.pad_left,
-        o.y_lo,
-        _points(ax, o.x_hi, 1.0)[0] + o.pad_right,
-        o.y_hi,
-    )
-
-
-def place_point_labels_pt(ax, labelled: list[tuple[float, float, Marker]], blocked: list[Box]):
-    """:func:`place_point_labels` for markers given at data coordinates ``(x, y,
-    marker)`` (the marker's own x and y are ignored): their spots, in points."""
-    markers = [replace(m, x=px, y=py) for (x, y, m) in labelled for px, py in [_points(ax, x, y)]]
-    return place_point_labels(markers, blocked, gaps=POINT_LABEL_GAPS)
-
-
-def draw_point_label(ax, x: float, y: float, marker: Marker, spot: Spot | None, **text_kw):
-    """A point's label at its spot (place_point_labels); None: none, or it shares
-    another's. A label moved away from its point to stay clear is joined to it by a thin
-    line."""
-    if spot is None:
-        return
-    dx, dy = label_offset(marker, spot, POINT_LABEL_GAPS)
-    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 0}
-    ax.annotate(
-        marker.text,
-        (x, y),
-        xytext=(dx, dy),
-        textcoords="offset points",
-        ha="left" if dx > 0 else "right",
-        va="bottom" if dy > 0 else "top",
-        arrowprops={**leader, "shrinkB": marker.radius} if spot[2] else None,
-        **{"fontsize": BATCH_LABEL_PT, "color": "0.2", "zorder": 6, **text_kw},
-    )
-
-
-def text_width_pt(text: str, size: float) -> float:
-    """The width of ``text`` at font ``size`` (points) in the default font."""
-    width, _, _ = TextToPath().get_text_width_height_descent(
-        text, FontProperties(size=size), ismath=False
-    )
-    return width
-
-
-def marker_obstacles(ax, labelled: list[tuple[float, float, Marker]]) -> list[Obstacle]:
-    """Each marker at data ``(x, y)``, with room for its label on its right (above or
-    below: both are kept clear), as what a roof label must not cover (in points)."""
-    out = []
-    for x, y, m in labelled:
-        py = _points(ax, x, y)[1]
-        reach = max(m.radius, POINT_LABEL_GAPS.y + POINT_LABEL_GAPS.height)
-        right = m.radius + (POINT_LABEL_GAPS.x + m.width if m.text else 0.0)
-        out.append(Obstacle(x, x, m.radius, right, py - reach, py + reach))
-    return out
-
-
 def _range_obstacles(ax, pts: pd.DataFrame) -> list[Obstacle]:
     """Each point's analytic AI range bar, as what a roof label must not cover."""
     out, half = [], POINT_MARKER_PT / 2
     for r in pts.itertuples(index=False):
         lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
         if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
-            y = _points(ax, r.ai, r.attained_flops)[1]
+            y = to_points(ax, r.ai, r.attained_flops)[1]
             out.append(Obstacle(lo, hi, half, half, y - half, y + half))
     return out
-
-
-def _diagonal_angle(ax, x: float, bw: float) -> float:
-    """The on-screen angle (degrees) of a memory roof of bandwidth ``bw`` at ``x``."""
-    p0 = ax.transData.transform((x, x * bw))
-    p1 = ax.transData.transform((x * 10, x * 10 * bw))
-    return math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
-
-
-def _points(ax, x: float, y: float) -> tuple[float, float]:
-    """Data coordinates to on-screen points (1/72 inch), the unit of label offsets."""
-    px, py = ax.transData.transform((x, y))
-    scale = 72 / ax.figure.dpi
-    return px * scale, py * scale
 
 
 def plot_roofline(
@@ -530,7 +328,6 @@ def plot_roofline(
                 bw,
                 xlo,
                 x_end,
-                ylo,
                 color="0.2",
                 source=msrc,
                 gid=_gid("roof", env, "memory", msrc),

@@ -240,30 +240,35 @@ class DiagonalLabels:
 
 
 def place_diagonal_labels(
-    candidates: list[float],
+    frame: tuple[float, float],
     at: Callable[[float, float], tuple[float, float]],
-    roofs: list[tuple[float, float, bool]],
+    roofs: list[tuple[float, float, float, bool]],
     angle: float,
     obstacles: Iterable[Box],
     *,
     height: float,
     along: float,
 ) -> DiagonalLabels:
-    """Labels of diagonal roofs ``(bandwidth, label width, prefers above)``, side by side
-    across the diagonals (place_labels: log-log diagonals are parallel, ``angle`` on the
-    plot) at one x: the first of ``candidates`` at which no label meets an obstacle, else
-    the first. ``at`` maps data (x, y) to the plot; a label starts ``along`` its line."""
+    """Labels of diagonal roofs ``(bandwidth, label width, the line's end x, prefers
+    above)``, side by side across the diagonals (place_labels: log-log diagonals are
+    parallel, ``angle`` on the plot) at one x: from where every diagonal is inside the
+    frame (its lower-left corner, data) and doubling while a quarter of the shortest
+    line is left, the first x at which no label meets an obstacle, else the first.
+    ``at`` maps data (x, y) to the plot; a label starts ``along`` its line."""
+    xlo, ylo = frame
+    first = max(max(xlo * 1.25, ylo * 2.5 / bw) for bw, *_ in roofs)
+    last = min(end for _, _, end, _ in roofs) / 4  # room left for the labels
+    candidates = [first] + [first * 2**k for k in range(1, 12) if first * 2**k < last]
     obstacles = list(obstacles)
-    first = candidates[0]
     c, s = math.cos(angle), math.sin(angle)
-    across = [-x * s + y * c for x, y in (at(first, first * bw) for bw, _, _ in roofs)]
+    across = [-x * s + y * c for x, y in (at(first, first * bw) for bw, *_ in roofs)]
     placed = place_labels(across, [above for *_, above in roofs], height)
     dys = [p - a for a, p in zip(across, placed, strict=True)]
 
     def spans(x: float):
         return [
             (at(x, x * bw), (along, along + w), (dy - height / 2, dy + height / 2))
-            for (bw, w, _), dy in zip(roofs, dys, strict=True)
+            for (bw, w, *_), dy in zip(roofs, dys, strict=True)
         ]
 
     label_x = next(
