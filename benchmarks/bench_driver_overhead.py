@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--precision", default="fp32")
     p.add_argument("--backend", default="auto")
+    p.add_argument(
+        "--channels-last", action="store_true", help="NHWC model and batch (as GPU studies run)"
+    )
     p.add_argument("--warmup-iters", type=int, default=2, help="untimed steps per round")
     p.add_argument("--iters", type=int, default=10, help="timed steps per round and side")
     p.add_argument("--rounds", type=int, default=6)
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         iters=args.iters,
         precision=args.precision,
         backend=args.backend,
+        channels_last=args.channels_last,
     )
     resolved = train.validate(cfg)
     setup = train.build(resolved)  # (a): the driver's setup and loop
@@ -151,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "image_size": args.image_size,
         "precision": args.precision,
+        "channels_last": args.channels_last,
         "device": resolved.device,
         "device_name": train._device_info(resolved)["device_name"],
         "threads": resolved.threads,

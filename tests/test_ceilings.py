@@ -396,3 +396,77 @@ def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_
     assert seen["array_bytes"] >= 2**30
     assert [r["benchmark"] for r in roofs] == ["triad", "scale", "d2d_copy"]
     assert "repeats of 10 call(s)" in roofs[0]["method"]
+
+
+H100_CEILINGS = ROOT / "examples" / "h100" / "results" / "h100" / "ceilings.json"
+
+
+def replay_candidates(monkeypatch, precision: str) -> list[dict]:
+    """bench_gemm and bench_conv answer with what an H100 measured for ``precision``
+    (examples/h100: its GEMMs and its cuDNN convolutions, in the order tried)."""
+    roofs = json.loads(H100_CEILINGS.read_text())["roofs"]
+    measured = next(
+        r for r in roofs if r["source"] == "measured" and r.get("precision") == precision
+    )
+    recorded = iter(measured["candidates"])
+
+    def answer(kind, **kw):
+        cand = next(recorded)
+        assert cand["kind"] == kind and cand["params"] == kw  # tried in the same order
+        shape = {"m": kw.get("m", kw.get("n")), "n": kw.get("n"), "k": kw.get("k", kw.get("n"))}
+        return {
+            **{key: cand[key] for key in ("flop", "reps", "times_s", "flops_best")},
+            "flops_median": cand["flops_median"],
+            "dtype": {"fp32": "float32"}.get(precision, precision),
+            "shape": kw,
+            "backward": kw.get("backward", False),
+            "channels_last": kw.get("channels_last", False),
+            **shape,
+        }
+
+    def bench_gemm(device, precision, n=None, m=None, k=None, **timing):
+        return answer("gemm", **{key: v for key, v in (("m", m), ("n", n), ("k", k)) if v})
+
+    def bench_conv(device, precision, **kw):
+        return answer("conv", **{key: v for key, v in kw.items() if key in CONV_PARAMS})
+
+    monkeypatch.setattr(ck, "bench_gemm", bench_gemm)
+    monkeypatch.setattr(ck, "bench_conv", bench_conv)
+    return measured["candidates"]
+
+
+CONV_PARAMS = {"batch", "c_in", "hw", "c_out", "kernel", "channels_last", "backward"}
+
+
+def test_a_gpus_roof_is_its_best_gemm_not_a_winograd_convolution(monkeypatch):
+    # On an H100 a cuDNN fp32 3x3 convolution (TF32 off) ran at 97.5 TFLOP/s of nominal
+    # FLOPs, 146% of the 67 TFLOP/s FP32 datasheet peak: fewer multiplications than the
+    # direct count. The study's GPU FLOPs are what ncu counts executing, so that is no
+    # roof; the GEMMs (52.8 TFLOP/s at best) set it, and the convolutions stay on record.
+    cands = replay_candidates(monkeypatch, "fp32")
+    fastest_conv = max(c["flops_best"] for c in cands if c["kind"] == "conv")
+    best_gemm = max(c["flops_best"] for c in cands if c["kind"] == "gemm")
+    assert fastest_conv > 67e12 > best_gemm  # the measurement this rule is for
+    roof = ck.measure_compute("cuda", "fp32")
+    assert roof["value"] == best_gemm and roof["set_by"].startswith("torch.matmul 16384x")
+    assert roof["method"].startswith("best of 4 GEMMs through torch.matmul (3 convolutions")
+    convs = [c for c in roof["candidates"] if c["kind"] == "conv"]
+    assert len(convs) == 3 and not any(c["set_roof"] for c in convs)
+    assert all(c["roof_eligible"] is False and "ncu counts" in c["why_not"] for c in convs)
+    # On a CPU the study counts nominal FLOPs too, so the same convolution would be its roof.
+    assert ck.roof_candidate("cpu", roof["candidates"]) == 4
+    assert ck.roof_candidate("mps", roof["candidates"]) == 4
+
+
+def test_the_h100s_bf16_roof_is_its_best_gemm_though_a_convolution_beat_it(monkeypatch):
+    cands = replay_candidates(monkeypatch, "bf16")
+    roof = ck.measure_compute("cuda", "bf16")
+    assert roof["value"] == pytest.approx(716.6e12, rel=1e-3)  # 4096^3, its best repeat
+    assert roof["value"] < max(c["flops_best"] for c in cands)  # channels-last conv: 734.4
+    assert "4096x4096x4096" in roof["set_by"]
+
+
+def test_no_eligible_microbenchmark_is_an_error_naming_the_device():
+    only_convs = [{"kind": "conv", "flops_best": 1e12}, {"kind": "gemm", "error": "OOM"}]
+    with pytest.raises(RuntimeError, match="no gemm microbenchmark succeeded on cuda"):
+        ck.roof_candidate("cuda", only_convs)

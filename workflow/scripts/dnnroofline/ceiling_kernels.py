@@ -338,6 +338,35 @@ CONV_FLOP_NOTE = (
 )
 
 
+#: Which microbenchmarks may set the compute roof. Where the study's FLOPs are nominal
+#: (analytic: CPU, MPS), a convolution's nominal rate is a fair roof. On CUDA they are the
+#: FLOPs ncu counts the kernels executing, and a Winograd convolution's nominal rate is no
+#: hardware rate (an H100's fp32 3x3 conv ran at 97.5 "TFLOP/s" against its 67 TFLOP/s
+#: FP32 peak): there the GEMMs set the roof and the convolutions are kept for reference.
+ROOF_KINDS = {"cuda": ("gemm",)}
+NOMINAL_ROOF_KINDS = ("gemm", "conv")
+CONV_NOT_A_ROOF = (
+    "not eligible for the roof on CUDA: the study's FLOPs there are those ncu counts, and a "
+    "convolution's nominal rate can exceed the hardware's (Winograd, FFT)"
+)
+
+
+def roof_candidate(device: str, candidates: list[dict]) -> int:
+    """Index of the candidate that sets the roof: the fastest of the kinds that may set
+    ``device``'s roof (:data:`ROOF_KINDS`); those that may not are marked with why."""
+    kinds = ROOF_KINDS.get(device, NOMINAL_ROOF_KINDS)
+    eligible = [i for i, c in enumerate(candidates) if "flops_best" in c and c["kind"] in kinds]
+    if not eligible:
+        raise RuntimeError(
+            f"no {' or '.join(kinds)} microbenchmark succeeded on {device}: no measured roof"
+        )
+    for c in candidates:
+        if c["kind"] not in kinds:
+            c["roof_eligible"] = False
+            c["why_not"] = CONV_NOT_A_ROOF
+    return max(eligible, key=lambda i: candidates[i]["flops_best"])
+
+
 def compute_candidates(device: str, precision: str, *, quick: bool, probe_flops: float | None):
     """The microbenchmarks tried for one precision: ``(label, kind, kwargs)`` triples.
 
@@ -415,9 +444,10 @@ def _describe(kind: str, res: dict) -> str:
 def measure_compute(device: str, precision: str, *, quick: bool = False, threads: int = 1) -> dict:
     """A measured compute roof for ``precision`` on ``device`` (a ceilings ``roofs`` entry).
 
-    The roof is the best of several candidates (GEMMs of several shapes and
-    convolutions), each taken at its best repeat; every candidate is kept under
-    ``candidates`` with its method, times and FLOP/s, and ``set_by`` names the winner.
+    The roof is the best of several candidates (GEMMs of several shapes and, except on
+    CUDA, convolutions: :func:`roof_candidate`), each taken at its best repeat; every
+    candidate is kept under ``candidates`` with its method, times and FLOP/s, and
+    ``set_by`` names the winner.
     A roof that the study's own kernels beat is a wrong roof: one GEMM is not enough
     (oneDNN's convolutions outrun a square MKL GEMM on some CPUs).
     """
@@ -472,15 +502,20 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
     if not ok:
         errors = "; ".join(c["error"] for c in cands)
         raise RuntimeError(f"every compute microbenchmark failed for {precision}: {errors}")
-    best = max(range(len(cands)), key=lambda i: cands[i].get("flops_best", -1.0))
+    best = roof_candidate(device, cands)
     for i, c in enumerate(cands):
         c["set_roof"] = i == best
     win = cands[best]
     n_gemm = sum(1 for c in ok if c["kind"] == "gemm")
     n_conv = len(ok) - n_gemm
+    if "conv" in ROOF_KINDS.get(device, NOMINAL_ROOF_KINDS):
+        tried = f"best of {len(ok)} microbenchmarks ({n_gemm} GEMMs through torch.matmul, "
+        tried += f"{n_conv} convolutions through {library})"
+    else:
+        tried = f"best of {n_gemm} GEMMs through torch.matmul ({n_conv} convolutions "
+        tried += f"through {library} recorded, not eligible: ncu counts executed FLOPs)"
     method = (
-        f"best of {len(ok)} microbenchmarks ({n_gemm} GEMMs through torch.matmul, "
-        f"{n_conv} convolutions through {library}), each at its best repeat after warm-up, "
+        f"{tried}, each at its best repeat after warm-up, "
         f"{timer}; {threads} thread(s); set by: {win['method']}"
         + ("; QUICK mode: tiny sizes, not a real ceiling" if quick else "")
     )

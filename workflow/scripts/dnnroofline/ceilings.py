@@ -3,8 +3,10 @@
 Measured compute: per precision the *best* of several microbenchmarks, each at
 its best repeat: GEMMs of several sizes and shapes through ``torch.matmul`` (the
 BLAS torch uses; FLOPs = 2*M*N*K) and convolutions through ``conv2d`` (oneDNN on
-CPU, cuDNN on CUDA; nominal FLOPs, as the study counts them). Every candidate is
-recorded (method, times, FLOP/s) with the one that set the roof. GEMM inputs
+CPU, cuDNN on CUDA; nominal FLOPs, as the study counts them). On CUDA only the
+GEMMs may set the roof (the study's FLOPs there are ncu's executed FLOPs, which a
+Winograd convolution's nominal rate overstates). Every candidate is recorded (method,
+times, FLOP/s) with the one that set the roof. GEMM inputs
 rotate among a few sets so that no run finds its operands in cache. On CUDA the
 kernels are timed with CUDA events; fp32 runs with TF32 off.
 
