@@ -7,17 +7,21 @@ rule study_matrix:
         matrix="results/study_matrix.json",
     log:
         "results/logs/study_matrix.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
-        config=resolved_config(),
-        runs=[
-            {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
-            for r in STUDY.runs()
-        ],
-    run:
-        from dnnroofline.io import write_json_atomic
-
-        write_json_atomic(output.config, params.config)
-        write_json_atomic(output.matrix, params.runs)
+        script=script("write_study_matrix.py"),
+        config=json.dumps(resolved_config()),
+        runs=json.dumps(
+            [
+                {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
+                for r in STUDY.runs()
+            ]
+        ),
+    shell:
+        "python {params.script} --config-json {params.config:q} --runs-json {params.runs:q} "
+        "--config-out {output.config} --matrix-out {output.matrix} > {log} 2>&1 "
+        "|| (tail -n 5 {log} >&2; exit 1)"
 
 
 rule metrics:

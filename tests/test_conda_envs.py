@@ -26,7 +26,7 @@ CONDA_NAME = {
     "vl_convert": "vl-convert-python",
 }
 # Rules that run inside Snakemake itself (run: blocks) need no env file.
-IN_PROCESS_RULES = {"all", "study_matrix"}
+IN_PROCESS_RULES = {"all"}
 
 
 def rule_blocks():

@@ -1,0 +1,119 @@
+"""examples/h100/: the H100 study kept in the repository (issue 9) merges into a CPU
+study run here with the current code.
+
+The copied results/h100/ are read as they are: nothing of the H100 is re-run or
+rewritten, its five ncu-profiled points take ncu's AI (every precision's counters passed
+the self-test there), the one config the lease did not reach (resnet50 fp32) is listed
+as missing, and roofline_all and the report hold both machines. The CPU env measures the
+same models in fp32 at batch 2, so that the test stays short.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_helpers import job_counts, read_csv, snakemake, snapshot, text_of, write_config
+
+pytestmark = pytest.mark.workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "h100"
+CAPTURED = {
+    ("resnet50", "amp", "256"),
+    ("resnet50", "bf16", "256"),
+    ("resnet18", "fp32", "128"),
+    ("resnet18", "amp", "128"),
+    ("resnet18", "bf16", "128"),
+}
+
+
+def merge_config() -> dict:
+    """The example's own config, plus a quick CPU env measured here."""
+    config = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
+    config["envs"] = {
+        "local": {"device": "cpu", "threads": 1, "precisions": ["fp32"], "batch_sizes": [2]},
+        **config["envs"],
+    }
+    config["study"].update(warmup_iters=1, iters=2)  # the CPU's; the H100 runs keep theirs
+    config["ceilings"]["quick"] = True
+    config["traces"] = {"enabled": False}
+    return config
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("h100_merge")
+    write_config(workdir, merge_config())
+    copied = workdir / "results" / "h100"
+    shutil.copytree(EXAMPLE / "results" / "h100", copied)
+    before = snapshot(sorted(p for p in copied.rglob("*") if p.is_file()))
+    run = snakemake(workdir, "--cores", "2")
+    report = snakemake(workdir, "--report", "results/report.html")
+    after = snapshot(sorted(p for p in copied.rglob("*") if p.is_file()))
+    return {"workdir": workdir, "run": run, "report": report, "before": before, "after": after}
+
+
+def test_the_h100_results_are_read_never_rerun_or_rewritten(merged):
+    counts = job_counts(merged["run"].stdout + merged["run"].stderr)
+    assert counts["train"] == 2 * 3  # the CPU's resnet18 and resnet50, 3 runs each
+    assert counts["ceilings"] == counts["env_info"] == 1  # the CPU's
+    assert "ncu" not in counts and "ncu_selftest" not in counts
+    assert merged["after"] == merged["before"]
+    log = merged["run"].stdout + merged["run"].stderr
+    assert "outside this study's matrix" not in log  # every copied run is in the matrix
+
+
+def test_every_h100_capture_is_a_point_with_ncus_ai(merged):
+    rows = read_csv(merged["workdir"] / "results" / "roofline_points.csv")
+    h100 = {(r["model"], r["precision"], r["batch_size"]): r for r in rows if r["env"] == "h100"}
+    assert set(h100) == CAPTURED  # resnet50 fp32: no runs, so no point
+    for (model, precision, batch), point in h100.items():
+        parsed = json.loads(
+            (EXAMPLE / "results/h100/ncu" / f"h100_{model}_{precision}_bs{batch}.json").read_text()
+        )
+        assert point["ai_source"] == "ncu", point
+        ai = parsed["totals"]["flop"]["total"] / parsed["totals"]["bytes"]["dram"]
+        assert math.isclose(float(point["ai"]), ai, rel_tol=1e-9)
+        assert point["above_roof"] == "False"
+    amp = h100[("resnet50", "amp", "256")]
+    assert 4400 < float(amp["images_per_s"]) < 4700  # as measured: 4,542-4,571 images/s
+    assert amp["bound"] == "memory" and float(amp["peak_bandwidth"]) == pytest.approx(3.0e12, 0.01)
+    fp32 = h100[("resnet18", "fp32", "128")]
+    assert float(fp32["peak_flops"]) == pytest.approx(52.84e12, rel=1e-3)  # the best GEMM
+    local = [r for r in rows if r["env"] == "local"]
+    assert {(r["model"], r["batch_size"]) for r in local} == {("resnet18", "2"), ("resnet50", "2")}
+
+
+def test_roofline_all_and_the_report_hold_both_machines(merged):
+    results = merged["workdir"] / "results"
+    svg = (results / "plots" / "roofline_all.svg").read_text()
+    for model, precision, batch in CAPTURED:
+        assert f'id="point-h100-{model}-{precision}-bs{batch}"' in svg
+    assert 'id="point-local-resnet18-fp32-bs2"' in svg
+    kernels = results / "plots" / "kernels"
+    assert len(list(kernels.glob("roofline_kernels_h100_*.png"))) == len(CAPTURED)
+    sections = results / "report_sections"
+    analysis = text_of(sections / "analysis.html")
+    assert "3 of 24 expected runs are absent" in analysis  # resnet50 fp32: the lease ended
+    assert "h100_resnet50_fp32_bs256_run3" in analysis
+    ncu = text_of(sections / "ncu_vs_analytic.html")
+    assert "fp32 : counters trusted" in ncu and "bf16 : counters trusted" in ncu
+    assert (results / "report.html").stat().st_size > 1_000_000
+
+
+def test_a_gpu_only_config_replaces_the_default_one_in_every_job(tmp_path):
+    # Snakemake runs a run: job in a new process that reads the Snakefile again without
+    # --replace-workflow-config: the default config's `local` env came back, and the
+    # example's amp was refused on it. Every rule is a shell rule now.
+    write_config(tmp_path, (ROOT / "config" / "config.yaml").read_text())
+    example = ["--configfile", str(EXAMPLE / "config.yaml"), "--replace-workflow-config"]
+    snakemake(tmp_path, "--cores", "1", *example, "results/study_config.json")
+    resolved = json.loads((tmp_path / "results" / "study_config.json").read_text())
+    assert list(resolved["envs"]) == ["h100"]
+    matrix = json.loads((tmp_path / "results" / "study_matrix.json").read_text())
+    assert len(matrix) == 3 * 3 * 2 and not any(r["measured_here"] for r in matrix)
