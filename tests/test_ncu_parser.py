@@ -710,3 +710,40 @@ def test_summary_table_is_refused():
     )
     with pytest.raises(InputError, match="summary"):
         parse_ncu_text(text, "s.csv")
+
+
+PIPELINE_KERNELS = DATA / "pipeline_h100_resnet18_amp_bs128_kernels_raw.csv"
+PIPELINE_STEP = DATA / "pipeline_h100_resnet18_amp_bs128_step_raw.csv"
+
+
+def test_pipeline_made_h100_fixtures_are_the_examples_captures():
+    import gzip
+
+    example = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"
+    kernels = gzip.decompress((example / "h100_resnet18_amp_bs128.csv.gz").read_bytes())
+    assert PIPELINE_KERNELS.read_bytes() == kernels
+    assert PIPELINE_STEP.read_bytes() == (example / "h100_resnet18_amp_bs128.step.csv").read_bytes()
+
+
+def test_pipeline_made_h100_resnet18_amp_step_totals():
+    """Totals of the pipeline's own capture (tests/data/ncu/PIPELINE.md), counted from
+    its columns: FMA = 2 FLOPs, half instructions packed (x2), Hopper's HGMMA and HMMA
+    tensor counters both counted (they do not overlap)."""
+    r = parse_ncu_csv(PIPELINE_KERNELS)
+    t = r["totals"]
+    assert r["layout"] == "raw" and t["kernels"] == 261 and r["warnings"] == []
+    assert t["time_s"] == pytest.approx(9_224_992e-9, rel=1e-12)
+    assert t["flop"]["fp32"] == 11_635_654_553
+    assert t["flop"]["fp16"] == 8_694_731_602
+    assert t["flop"]["fp64"] == 10
+    assert t["flop"]["tensor"] == 1_113_004_703_744 + 370_115_870_720
+    assert t["flop"]["total"] == 1_503_450_960_629
+    assert f"{T}op_hgmma_src_fp16_sparsity_off.sum" in r["tensor_counters_used"]
+    # the stem convolution (3 input channels) is padded, then runs on the tensor cores
+    assert "nhwcAddPaddingKernel" in r["kernels"][2]["name"]
+    stem = [k for k in r["kernels"] if "image_first_layer" in k["name"]]
+    assert len(stem) == 2 and all(k["flop"]["tensor"] > 0 for k in stem)
+    step = parse_ncu_csv(PIPELINE_STEP)["totals"]
+    assert step["bytes"]["dram"] == 12_577_936_384
+    assert step["bytes"]["dram_read"] + step["bytes"]["dram_write"] == step["bytes"]["dram"]
+    assert t["flop"]["total"] / step["bytes"]["dram"] == pytest.approx(119.53, abs=0.005)
