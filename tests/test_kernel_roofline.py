@@ -410,6 +410,23 @@ def test_comparison_explanations_follow_the_numbers(h100):
     assert "agree within 10%" in " ".join(row["flop_explanation"])
 
 
+def test_bytes_explanation_follows_the_pass_that_counted_them(h100):
+    # The H100's resnet18 fp32 capture: its DRAM bytes are the step pass's (the step as it
+    # runs, caches not flushed); the text blamed kernel replay's cache flushing for them.
+    example = ROOT / "examples/h100/results/h100/ncu/h100_resnet18_fp32_bs128.json"
+    doc = json.loads(example.read_text())
+    comp = {("resnet18", 128): complexity("resnet18", 128, 1.369e12, 6.05e9)}
+    (row,) = comparison_rows({("h100", "resnet18", "fp32", 128): doc}, comp)
+    assert row["bytes_pass"] == "step"
+    text = " ".join(row["bytes_explanation"])
+    assert "7.22x the analytic minimum" in text and "ncu's step pass" in text
+    assert "cache-control all" not in text
+    # bytes from the kernel pass (a capture without a step pass): the flushing is the cause
+    doc["provenance"]["totals.bytes"] = "kernel"
+    (row,) = comparison_rows({("h100", "resnet18", "fp32", 128): doc}, comp)
+    assert "flushes the caches before each replayed kernel" in " ".join(row["bytes_explanation"])
+
+
 def test_comparison_page_escapes_and_reports_failed_captures():
     doc = {"status": "unavailable", "message": "<script>alert(1)</script>", **empty_result("x")}
     doc["status"] = "unavailable"

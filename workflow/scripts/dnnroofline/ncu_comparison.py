@@ -165,8 +165,12 @@ def explain_ai_range(row: Mapping) -> list[str]:
     if where == "below":
         text += (
             " ncu saw more traffic than the per-layer model allows: kernels that re-read their "
-            "operands (implicit-GEMM convolutions tiling over a large input), workspaces, "
-            "and caches flushed before each replayed kernel."
+            "operands (implicit-GEMM convolutions tiling over a large input), workspaces"
+            + (
+                ", and caches flushed before each replayed kernel."
+                if row.get("bytes_pass") != "step"
+                else " and layout transforms (the step ran as it runs: no cache flushed)."
+            )
         )
     elif where == "above":
         text += " ncu saw less traffic than the minimum: a partial capture (backward missing?)."
@@ -186,8 +190,14 @@ def explain_bytes(row: Mapping) -> list[str]:
             f"ncu moved {1 / r:.2f}x the analytic minimum, which is a lower bound (each "
             "parameter, gradient, momentum and activation moved once). Activations re-read by "
             "several kernels (forward, input and weight gradients), cuDNN workspaces and layout "
-            "transforms add traffic; and ncu flushes the caches before each replayed kernel "
-            "(--cache-control all), so no kernel finds its input in L2 as it may in the real run."
+            "transforms add traffic"
+            + (
+                ". These bytes are the step's as it runs (ncu's step pass, caches not flushed): "
+                "the real step's DRAM traffic."
+                if row.get("bytes_pass") == "step"
+                else "; and ncu flushes the caches before each replayed kernel (--cache-control "
+                "all), so no kernel finds its input in L2 as it may in the real run."
+            )
         )
     else:
         out.append(
@@ -258,6 +268,8 @@ def comparison_rows(
             "flop_ratio": _ratio(a_flop, flop),
             "analytic_bytes": a_bytes,
             "ncu_dram": dram,
+            # which ncu pass the DRAM bytes come from: "step" (as it runs) or "kernel"
+            "bytes_pass": dig(doc, "provenance", "totals.bytes") if ok else None,
             "bytes_ratio": _ratio(a_bytes, dram),
             "ncu_kernels": int(totals.get("kernels") or 0) if ok else 0,
             "ncu_kernel_time_s": positive_number(totals.get("time_s")) if ok else None,
