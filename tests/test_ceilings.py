@@ -399,6 +399,7 @@ def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_
 
 
 H100_CEILINGS = ROOT / "examples" / "h100" / "results" / "h100" / "ceilings.json"
+CONV_PARAMS = {"batch", "c_in", "hw", "c_out", "kernel", "channels_last", "backward"}
 
 
 def replay_candidates(monkeypatch, precision: str) -> list[dict]:
@@ -415,8 +416,7 @@ def replay_candidates(monkeypatch, precision: str) -> list[dict]:
         assert cand["kind"] == kind and cand["params"] == kw  # tried in the same order
         shape = {"m": kw.get("m", kw.get("n")), "n": kw.get("n"), "k": kw.get("k", kw.get("n"))}
         return {
-            **{key: cand[key] for key in ("flop", "reps", "times_s", "flops_best")},
-            "flops_median": cand["flops_median"],
+            **{k: cand[k] for k in ("flop", "reps", "times_s", "flops_best", "flops_median")},
             "dtype": {"fp32": "float32"}.get(precision, precision),
             "shape": kw,
             "backward": kw.get("backward", False),
@@ -433,9 +433,6 @@ def replay_candidates(monkeypatch, precision: str) -> list[dict]:
     monkeypatch.setattr(ck, "bench_gemm", bench_gemm)
     monkeypatch.setattr(ck, "bench_conv", bench_conv)
     return measured["candidates"]
-
-
-CONV_PARAMS = {"batch", "c_in", "hw", "c_out", "kernel", "channels_last", "backward"}
 
 
 def test_a_gpus_roof_is_its_best_gemm_not_a_winograd_convolution(monkeypatch):

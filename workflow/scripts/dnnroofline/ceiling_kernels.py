@@ -351,10 +351,15 @@ CONV_NOT_A_ROOF = (
 )
 
 
+def roof_kinds(device: str) -> tuple[str, ...]:
+    """The microbenchmark kinds that may set ``device``'s compute roof (:data:`ROOF_KINDS`)."""
+    return ROOF_KINDS.get(device, NOMINAL_ROOF_KINDS)
+
+
 def roof_candidate(device: str, candidates: list[dict]) -> int:
     """Index of the candidate that sets the roof: the fastest of the kinds that may set
-    ``device``'s roof (:data:`ROOF_KINDS`); those that may not are marked with why."""
-    kinds = ROOF_KINDS.get(device, NOMINAL_ROOF_KINDS)
+    ``device``'s roof (:func:`roof_kinds`); those that may not are marked with why."""
+    kinds = roof_kinds(device)
     eligible = [i for i, c in enumerate(candidates) if "flops_best" in c and c["kind"] in kinds]
     if not eligible:
         raise RuntimeError(
@@ -508,7 +513,7 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
     win = cands[best]
     n_gemm = sum(1 for c in ok if c["kind"] == "gemm")
     n_conv = len(ok) - n_gemm
-    if "conv" in ROOF_KINDS.get(device, NOMINAL_ROOF_KINDS):
+    if "conv" in roof_kinds(device):
         tried = f"best of {len(ok)} microbenchmarks ({n_gemm} GEMMs through torch.matmul, "
         tried += f"{n_conv} convolutions through {library})"
     else:

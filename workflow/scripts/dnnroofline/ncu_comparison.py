@@ -167,9 +167,9 @@ def explain_ai_range(row: Mapping) -> list[str]:
             " ncu saw more traffic than the per-layer model allows: kernels that re-read their "
             "operands (implicit-GEMM convolutions tiling over a large input), workspaces"
             + (
-                ", and caches flushed before each replayed kernel."
-                if row.get("bytes_pass") != "step"
-                else " and layout transforms (the step ran as it runs: no cache flushed)."
+                " and layout transforms (the step ran as it runs: no cache flushed)."
+                if row.get("bytes_pass") == "step"
+                else ", and caches flushed before each replayed kernel."
             )
         )
     elif where == "above":
