@@ -410,7 +410,7 @@ def test_comparison_explanations_follow_the_numbers(h100):
     assert "agree within 10%" in " ".join(row["flop_explanation"])
 
 
-def test_bytes_explanation_follows_the_pass_that_counted_them(h100):
+def test_bytes_explanation_follows_the_pass_that_counted_them():
     # The H100's resnet18 fp32 capture: its DRAM bytes are the step pass's (the step as it
     # runs, caches not flushed); the text blamed kernel replay's cache flushing for them.
     example = ROOT / "examples/h100/results/h100/ncu/h100_resnet18_fp32_bs128.json"

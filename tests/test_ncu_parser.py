@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import subprocess
@@ -717,8 +718,6 @@ PIPELINE_STEP = DATA / "pipeline_h100_resnet18_amp_bs128_step_raw.csv"
 
 
 def test_pipeline_made_h100_fixtures_are_the_examples_captures():
-    import gzip
-
     example = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"
     kernels = gzip.decompress((example / "h100_resnet18_amp_bs128.csv.gz").read_bytes())
     assert PIPELINE_KERNELS.read_bytes() == kernels
