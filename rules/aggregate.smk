@@ -10,18 +10,13 @@ rule study_matrix:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("write_study_matrix.py"),
-        config=json.dumps(resolved_config()),
-        runs=json.dumps(
-            [
-                {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
-                for r in STUDY.runs()
-            ]
-        ),
-    shell:
-        "python {params.script} --config-json {params.config:q} --runs-json {params.runs:q} "
-        "--config-out {output.config} --matrix-out {output.matrix} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        config=resolved_config(),
+        runs=[
+            {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
+            for r in STUDY.runs()
+        ],
+    script:
+        "../workflow/scripts/write_study_matrix.py"
 
 
 rule metrics:
@@ -34,7 +29,7 @@ rule metrics:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("aggregate_metrics.py"),
+        script=entry_script("aggregate_metrics.py"),
     shell:
         "python {params.script} --runs {input.runs} --out {output} > {log} 2>&1 "
         "|| (tail -n 5 {log} >&2; exit 1)"
@@ -54,7 +49,7 @@ rule roofline_points:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("roofline_points.py"),
+        script=entry_script("roofline_points.py"),
         ncu=optional_files_flag("ncu"),
         perf=optional_files_flag("perf"),
     shell:

@@ -71,10 +71,11 @@ wildcard_constraints:
     run=r"\d+",
 
 
-def script(name):
+def entry_script(name):
     """A stage's entry script, relative to the working directory: params are part of a
     job's provenance, and the checkout's location is not, so a moved checkout re-runs
     no finished measurement (an absolute path did, at the second snakemake after the move).
+    Not named ``script``: that would hide the function behind Snakemake's script: directive.
     """
     return os.path.relpath(os.path.join(workflow.basedir, "workflow", "scripts", name))
 

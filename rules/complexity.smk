@@ -11,7 +11,7 @@ rule complexity:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("complexity.py"),
+        script=entry_script("complexity.py"),
         model=model_flags,
     shell:
         "OMP_NUM_THREADS=1 python {params.script} {params.model} "

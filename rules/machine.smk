@@ -13,7 +13,7 @@ rule env_info:
     resources:
         **on_env_nodes(exclusive=False),
     params:
-        script=script("env_info.py"),
+        script=entry_script("env_info.py"),
         declared=env_declared_flags,
     shell:
         "python {params.script} --env {wildcards.menv} {params.declared} "
@@ -36,13 +36,13 @@ rule ceilings:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("ceilings.py"),
+        script=entry_script("ceilings.py"),
         device=env_device,
         precisions=env_precisions,
         quick="--quick" if config.get("ceilings", {}).get("quick") else "",
         # the runs' threads: a changed count re-measures the roofs
         declared_threads=env_threads,
-        check=script("env_info.py"),
+        check=entry_script("env_info.py"),
         declared=env_declared_flags,
     shell:
         # first refuse a machine that is not the one env_info.json describes

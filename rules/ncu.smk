@@ -26,7 +26,7 @@ rule ncu_selftest:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("ncu_selftest.py"),
+        script=entry_script("ncu_selftest.py"),
         ncu=ncu_settings.get("executable", "ncu"),
         precisions=env_precisions,
         timeout=ncu_pass_timeout,
@@ -59,8 +59,8 @@ rule ncu:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("profile_ncu.py"),
-        driver=script("run_train.py"),
+        script=entry_script("profile_ncu.py"),
+        driver=entry_script("run_train.py"),
         args=run_args,
         ncu=ncu_settings.get("executable", "ncu"),
         warmup=ncu_settings.get("warmup_iters", 3),
@@ -108,7 +108,7 @@ rule plot_kernel_roofline:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_kernel_roofline.py"),
+        script=entry_script("plot_kernel_roofline.py"),
     shell:
         "python {params.script} --kind kernels --ncu {input.ncu} --ceilings {input.ceilings} "
         "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
@@ -141,7 +141,7 @@ rule plot_hierarchical_roofline:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_kernel_roofline.py"),
+        script=entry_script("plot_kernel_roofline.py"),
     shell:
         "python {params.script} --kind hierarchical --ncu {input.ncu} "
         "--ceilings {input.ceilings} --points {input.points} "
@@ -169,7 +169,7 @@ rule ncu_vs_analytic:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("write_ncu_comparison.py"),
+        script=entry_script("write_ncu_comparison.py"),
         envs=ENVS,
     shell:
         "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "

@@ -23,8 +23,8 @@ rule perf:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("profile_perf.py"),
-        driver=script("run_train.py"),
+        script=entry_script("profile_perf.py"),
+        driver=entry_script("run_train.py"),
         args=run_args,
         perf=config.get("perf", {}).get("executable", "perf"),
         warmup=config.get("perf", {}).get("warmup_iters", 2),

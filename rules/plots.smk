@@ -19,7 +19,7 @@ rule plot_roofline_env:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_roofline.py"),
+        script=entry_script("plot_roofline.py"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
         "--env {wildcards.env} --png {output.png} --svg {output.svg} > {log} 2>&1 "
@@ -44,7 +44,7 @@ rule plot_roofline_all:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_roofline.py"),
+        script=entry_script("plot_roofline.py"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
         "--png {output.png} --svg {output.svg} > {log} 2>&1 "
@@ -68,7 +68,7 @@ rule plot_throughput:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_throughput.py"),
+        script=entry_script("plot_throughput.py"),
     shell:
         "python {params.script} --metrics {input} --png {output.png} --svg {output.svg} "
         "> {log} 2>&1 "
@@ -93,7 +93,7 @@ rule plot_interactive_env:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_interactive.py"),
+        script=entry_script("plot_interactive.py"),
         ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "
@@ -119,7 +119,7 @@ rule plot_interactive_all:
     conda:
         "../envs/analysis.yaml"
     params:
-        script=script("plot_interactive.py"),
+        script=entry_script("plot_interactive.py"),
         ncu=optional_files_flag("ncu"),
     shell:
         "python {params.script} --points {input.points} --ceilings {input.ceilings} "

@@ -57,7 +57,7 @@ rule report_sections:
     conda:
         "../envs/report.yaml"
     params:
-        script=script("write_report_sections.py"),
+        script=entry_script("write_report_sections.py"),
         outdir=output_dir("design"),
     shell:
         "python {params.script} --config {input.config} --metrics {input.metrics} "

@@ -26,7 +26,7 @@ rule trace:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("trace_step.py"),
+        script=entry_script("trace_step.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         steps=traces_settings.get("steps", 3),
@@ -61,7 +61,7 @@ rule trace_section:
     conda:
         "../envs/report.yaml"
     params:
-        script=script("write_trace_section.py"),
+        script=entry_script("write_trace_section.py"),
     shell:
         "python {params.script} --tables {input.tables} --metrics {input.metrics} "
         "--out {output} > {log} 2>&1 "

@@ -21,7 +21,7 @@ rule train:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
-        script=script("run_train.py"),
+        script=entry_script("run_train.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         iters=config["study"]["iters"],

@@ -94,7 +94,9 @@ def test_rule_env_covers_its_imports(smk, rule, body):
     assert env_file.exists(), f"rule {rule}: env file {env_file} does not exist"
     deps = env_dependencies(env_file)
     assert "python" in deps
-    scripts = re.findall(r'script\("([^"]+)"\)', body)
+    # entry_script("x.py") in params, or a script: directive's "../workflow/scripts/x.py"
+    scripts = re.findall(r'entry_script\("([^"]+)"\)', body)
+    scripts += re.findall(r'script:\s*\n\s*"\.\./workflow/scripts/([^"]+)"', body)
     assert scripts, f"rule {rule} calls no entry script"
     for name in scripts:
         needed = {CONDA_NAME.get(m, m) for m in third_party_imports(SCRIPTS / name)}

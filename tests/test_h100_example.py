@@ -109,7 +109,7 @@ def test_roofline_all_and_the_report_hold_both_machines(merged):
 def test_a_gpu_only_config_replaces_the_default_one_in_every_job(tmp_path):
     # Snakemake runs a run: job in a new process that reads the Snakefile again without
     # --replace-workflow-config: the default config's `local` env came back, and the
-    # example's amp was refused on it. Every rule is a shell rule now.
+    # example's amp was refused on it. No rule is a run: block now.
     write_config(tmp_path, (ROOT / "config" / "config.yaml").read_text())
     example = ["--configfile", str(EXAMPLE / "config.yaml"), "--replace-workflow-config"]
     snakemake(tmp_path, "--cores", "1", *example, "results/study_config.json")

@@ -48,6 +48,13 @@ def test_dry_run_of_a_1000_run_matrix(tmp_path):
     assert counts["complexity"] == 5 * 10
     assert counts["ceilings"] == 1 and counts["env_info"] == 1
     assert "ncu" not in counts  # no CUDA here, and gcp_l4 is not measured on this machine
+    # The matrix of both envs (170 KiB as JSON) is written for real: passed on a command
+    # line, it failed with "Argument list too long" (128 KiB at most per argument).
+    snakemake(tmp_path, "--cores", "1", "results/study_matrix.json")
+    matrix = json.loads((tmp_path / "results" / "study_matrix.json").read_text())
+    assert len(matrix) == 2 * 1000
+    assert sum(r["measured_here"] for r in matrix) == 1000
+    assert {r["env"] for r in matrix if not r["measured_here"]} == {"gcp_l4"}
 
 
 def test_single_plot_target_builds_only_what_it_needs(tmp_path):

@@ -1,34 +1,20 @@
-#!/usr/bin/env python
 """The study as resolved here: results/study_config.json and results/study_matrix.json.
 
-    python workflow/scripts/write_study_matrix.py --config-json '{...}' --runs-json '[...]' \
-        --config-out results/study_config.json --matrix-out results/study_matrix.json
-
-A shell rule's script, not a ``run:`` block: Snakemake (9.27) runs a ``run:`` job in a
-fresh process that reads the Snakefile again without ``--replace-workflow-config``, which
-merged config/config.yaml (its ``local`` env) back into a GPU-only config and refused it.
+Run by the study_matrix rule's ``script:`` directive, which hands over the resolved
+config and the run matrix as ``snakemake.params``. Neither a ``run:`` block nor a command
+line will do: Snakemake (9.27) runs a ``run:`` job in a fresh process that reads the
+Snakefile again without ``--replace-workflow-config`` (config/config.yaml's ``local`` env
+came back into a GPU-only config, which was refused), and one command-line argument holds
+at most 128 KiB (a 2,000-run matrix as JSON is 170 KiB).
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import sys
+from pathlib import Path
 
 from dnnroofline.io import write_json_atomic
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
-    p.add_argument("--runs-json", required=True, help="the matrix of runs, as JSON")
-    p.add_argument("--config-out", required=True)
-    p.add_argument("--matrix-out", required=True)
-    args = p.parse_args(argv)
-    write_json_atomic(args.config_out, json.loads(args.config_json))
-    write_json_atomic(args.matrix_out, json.loads(args.runs_json))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+job = snakemake  # noqa: F821 - the object Snakemake's script directive defines
+runs = job.params.runs
+write_json_atomic(job.output.config, job.params.config)
+write_json_atomic(job.output.matrix, runs)
+measured = sum(1 for r in runs if r["measured_here"])
+Path(job.log[0]).write_text(f"{len(runs)} runs in the matrix, {measured} measured here\n")
