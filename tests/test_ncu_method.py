@@ -129,9 +129,19 @@ def test_exact_command_line_of_the_kernel_pass():
         build_ncu_command("ncu", metrics, DRIVER, pass_name="warm")
 
 
-def test_step_metrics_are_the_same_everywhere_and_refuse_pascal():
-    assert step_metrics_for_arch("7.0") == step_metrics_for_arch("10.0") == list(STEP_METRICS)
-    assert not [m for m in STEP_METRICS if "sass" in m]  # FLOPs come from the kernel pass
+def test_step_metrics_add_ncus_hierarchical_counters_per_arch_and_refuse_pascal():
+    # STEP_METRICS everywhere, plus the L1/L2 counters of ncu's hierarchical chart,
+    # whose L1 name depends on the architecture (dnnroofline.ncu_hierarchy)
+    for cc, l1 in (("7.0", ""), ("8.6", "_mem_lg"), ("10.0", "_mem_lgds")):
+        m = step_metrics_for_arch(cc)
+        assert m[: len(STEP_METRICS)] == list(STEP_METRICS)
+        assert m[len(STEP_METRICS) :] == [
+            f"l1tex__lsu_writeback_active{l1}.sum",
+            f"l1tex__lsu_writeback_active{l1}.sum.peak_sustained",
+            "lts__lts2xbar_cycles_active.sum",
+            "lts__lts2xbar_cycles_active.sum.peak_sustained",
+        ]
+    assert not [m for m in step_metrics_for_arch(None) if "sass" in m]  # kernel pass only
     with pytest.raises(InputError, match="Volta"):
         step_metrics_for_arch("6.0")
     assert PASSES["step"]["cache_control"] == "none" and PASSES["kernel"]["cache_control"] == "all"
@@ -145,6 +155,8 @@ def test_combined_totals_take_flops_from_kernels_and_bytes_from_the_step():
     assert r["kernel_pass_totals"]["bytes"]["dram"] == 364_904_448
     assert r["provenance"] == {
         "totals.flop": "kernel",
+        "totals.bytes.shared": "kernel",
+        "totals.wgmma": "kernel",
         "totals.bytes": "step",
         "totals.time_s": "step",
         "memory_roofs": "step",
@@ -155,7 +167,7 @@ def test_combined_totals_take_flops_from_kernels_and_bytes_from_the_step():
     assert roofs["dram"]["bytes_per_s"] == pytest.approx(1280 * 2.619e9)
     assert roofs["l2"]["bytes_per_s"] == pytest.approx(5120 * 1.755e9)
     assert roofs["l1"]["bytes_per_s"] == pytest.approx(16896 * 1.755e9)
-    assert roofs["l1"]["source"] == "ncu-derived" and roofs["l1"]["clock_hz"] == 1.755e9
+    assert roofs["l1"]["source"] == "ncu-theoretical" and roofs["l1"]["clock_hz"] == 1.755e9
     no_step = combine_passes(kernel, None)
     assert no_step["totals"]["bytes"]["dram"] is None and no_step["memory_roofs"]["l2"] is None
     # kernels lacking a counter are counted in the pass its total comes from
@@ -507,12 +519,12 @@ def test_report_page_shows_the_selftest_and_which_counter_failed(tmp_path):
 # --------------------------------------------------------------------------- hierarchical roofs
 
 
-def test_hierarchical_plot_draws_the_captures_own_l1_l2_dram_roofs(tmp_path):
+def test_hierarchical_plot_draws_the_captures_own_l2_dram_roofs(tmp_path):
     from test_kernel_roofline import CEILINGS, svg_ids
 
     from dnnroofline.kernel_plots import plot_hierarchical
     from dnnroofline.kernel_roofline import (
-        NCU_DERIVED,
+        NCU_THEORETICAL,
         env_roofs,
         hierarchical_point,
         hierarchical_roof_at,
@@ -521,20 +533,28 @@ def test_hierarchical_plot_draws_the_captures_own_l1_l2_dram_roofs(tmp_path):
 
     ncu = {"status": "ok", **combine_passes(parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW))}
     roofs = with_ncu_memory_roofs(env_roofs(CEILINGS), ncu)
-    assert roofs.memory["l2"] == {NCU_DERIVED: pytest.approx(5120 * 1.755e9)}
-    assert roofs.memory["dram"][NCU_DERIVED] == pytest.approx(1280 * 2.619e9)
+    assert roofs.memory["l2"] == {NCU_THEORETICAL: pytest.approx(5120 * 1.755e9)}
+    assert roofs.memory["dram"][NCU_THEORETICAL] == pytest.approx(1280 * 2.619e9)
     assert "measured" in roofs.memory["dram"]  # the ceilings' own roofs stay
-    assert "at 1.75 GHz (measured)" in roofs.notes[f"l2:{NCU_DERIVED}"]
+    assert "at 1.75 GHz (measured)" in roofs.notes[f"l2:{NCU_THEORETICAL}"]
+    dram_note = roofs.notes[f"dram:{NCU_THEORETICAL}"]
+    assert "bus width x memory clock, the datasheet figure" in dram_note
     p = hierarchical_point(ncu, 0.01, "gpu", "resnet50", "amp", 32)
-    # L1/L2 have only the ncu-derived roof: it is the one the point is checked against.
+    # L1/L2 have only the capture's roof: it is the one the point is checked against.
     assert hierarchical_roof_at(roofs, "amp", "l1", 1.0) == pytest.approx(16896 * 1.755e9)
+    # The fixture's nvjet kernel runs HGMMA (wgmma): 98% of the FLOPs, so no L1 point
+    # and no L1 roof, but the reason on the plot.
+    assert p.ai["l1"] is None and "wgmma" in p.unmeasurable["l1"]
     svg = tmp_path / "h.svg"
     info = plot_hierarchical(p, roofs, None, svg)
     ids = svg_ids(svg)
-    for lv in ("l1", "l2", "dram"):
-        assert f"roof-gpu-memory-{lv}-{NCU_DERIVED}" in ids
-    assert info["cache_roofs"] == 2
+    for lv in ("l2", "dram"):
+        assert f"roof-gpu-memory-{lv}-{NCU_THEORETICAL}" in ids
+    assert f"roof-gpu-memory-l1-{NCU_THEORETICAL}" not in ids
+    assert "unmeasurable-gpu-resnet50-amp-bs32-l1" in ids
+    assert info["cache_roofs"] == 1 and info["levels"] == ["l2", "dram"]
     text = svg.read_text()
-    assert "ncu-derived (at the measured clock)" in text
+    assert "ncu theoretical: peak/cycle x measured clock" in text
+    assert "DRAM datasheet figure (ncu: bus width x memory clock)" in text
     assert "lts__t_bytes.sum.peak_sustained x lts__cycles_elapsed.avg.per_second" in text
     assert "not measured" not in text

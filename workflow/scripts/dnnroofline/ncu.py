@@ -19,7 +19,8 @@ Method (see README, "NVIDIA GPUs and Nsight Compute"):
 * ``n/a`` (and an empty cell) is *missing*, never 0. A quantity whose counters are
   all missing is ``None`` (JSON ``null``).
 * CUDA-core FLOPs: ``smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum``
-  with each FMA counted as 2 FLOPs.
+  with each FMA counted as 2 FLOPs, less the half-precision instructions that do no
+  arithmetic (HFMA2.MMA moves, HADD2.F32 widenings): see :mod:`dnnroofline.ncu_fp16`.
 * Tensor-core FLOPs: ``sm__ops_path_tensor_*.sum`` counters. They count math
   operations (2 per multiply-accumulate), so they are used as they are; no fixed
   FLOPs-per-instruction multiplier on ``*_inst_executed_pipe_tensor`` is ever
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.ncu_fp16 import corrections_summary, without_non_arithmetic_half
+from dnnroofline.ncu_hierarchy import issues_wgmma, wgmma_totals
 from dnnroofline.ncu_metrics import (
     ALT_CYCLES_METRIC,
     ALT_CYCLES_RATE_METRIC,
@@ -62,11 +65,17 @@ from dnnroofline.ncu_metrics import (
     DRAM_READ_METRICS,
     DRAM_WRITE_METRIC,
     DRAM_WRITE_METRICS,
+    HIERARCHY_PEAK_METRICS,
     L1_METRIC,
+    L1_WRITEBACK_BYTES_PER_CYCLE,
+    L1_WRITEBACK_METRICS,
     L2_METRIC,
+    L2_XBAR_BYTES_PER_CYCLE,
+    L2_XBAR_METRIC,
     MEMORY_PEAK_METRICS,
     METRIC_DIMENSIONS,
     NOT_COUNT_DIMENSIONS,
+    SHARED_BYTES_METRIC,
     TENSOR_OPS_RE,
     TIME_METRIC,
     is_roofline_metric,
@@ -350,6 +359,8 @@ def _kernel_quantities(k: _Kernel, tensor_names: list[str], missing: _Missing) -
     for prec, terms in CUDA_CORE_FLOP_METRICS.items():
         flop[prec] = _weighted_sum(v, terms, f"flop.{prec}", missing)
     flop["tensor"] = _weighted_sum(v, [(n, 1) for n in tensor_names], "flop.tensor", missing)
+    # HFMA2.MMA moves and HADD2.F32 conversions are no FLOPs (dnnroofline.ncu_fp16)
+    flop["fp16"], removed = without_non_arithmetic_half(v, flop["fp16"])
     parts = [x for x in flop.values() if x is not None]
     flop["total"] = sum(parts, Decimal(0)) if parts else None
 
@@ -372,14 +383,21 @@ def _kernel_quantities(k: _Kernel, tensor_names: list[str], missing: _Missing) -
     if dram is None and (read is None) != (write is None) and DRAM_METRIC not in v:
         gone = " / ".join(DRAM_WRITE_METRICS if write is None else DRAM_READ_METRICS)
         missing.add(f"bytes.dram: {gone} absent or n/a, DRAM bytes are null")
+    l1_cycles = next((v[m] for m in L1_WRITEBACK_METRICS if v.get(m) is not None), None)
+    l2_cycles = v.get(L2_XBAR_METRIC)
     bytes_ = {
         "dram": dram,
         "l2": v.get(L2_METRIC),
         "l1": v.get(L1_METRIC),
         "dram_read": read,
         "dram_write": write,
+        # ncu's hierarchical-chart definitions (ncu_metrics.HIERARCHY_PEAK_METRICS)
+        "l1_writeback": None if l1_cycles is None else l1_cycles * L1_WRITEBACK_BYTES_PER_CYCLE,
+        "l2_xbar": None if l2_cycles is None else l2_cycles * L2_XBAR_BYTES_PER_CYCLE,
+        "shared": v.get(SHARED_BYTES_METRIC),
     }
-    return {"time_s": time, "flop": flop, "bytes": bytes_}
+    wgmma = issues_wgmma(v)
+    return {"time_s": time, "flop": flop, "bytes": bytes_, "wgmma": wgmma, "removed": removed}
 
 
 def _sum_optional(values: list[Decimal | None]) -> Decimal | None:
@@ -388,7 +406,16 @@ def _sum_optional(values: list[Decimal | None]) -> Decimal | None:
 
 
 FLOP_KEYS = ("fp64", "fp32", "fp16", "tensor", "total")
-BYTES_KEYS = ("dram", "l2", "l1", "dram_read", "dram_write")
+BYTES_KEYS = (
+    "dram",
+    "l2",
+    "l1",
+    "dram_read",
+    "dram_write",
+    "l1_writeback",
+    "l2_xbar",
+    "shared",
+)
 
 
 def _missing_roofline_metrics(present: set[str], tensor_names: list[str]) -> list[str]:
@@ -440,6 +467,8 @@ def parse_ncu_text(
                 "time_s": _out(q["time_s"], integral=False),
                 "flop": {key: _out(q["flop"][key]) for key in FLOP_KEYS},
                 "bytes": {key: _out(q["bytes"][key]) for key in BYTES_KEYS},
+                "wgmma": q["wgmma"],
+                "flop_removed": {r.rule: _out(r.flop) for r in q["removed"]},
             }
         )
 
@@ -514,7 +543,11 @@ def parse_ncu_text(
             "bytes": {key: _out(bytes_totals[key]) for key in BYTES_KEYS},
             "arithmetic_intensity_dram": ai,
             "incomplete": incomplete,
+            "wgmma": wgmma_totals([(q["wgmma"], q["flop"]["total"]) for q in per_kernel]),
         },
+        "flop_corrections": corrections_summary(
+            [q["removed"] for q in per_kernel], flop_totals["total"]
+        ),
         "tensor_counters_used": tensor_names,
         "tensor_pipe_instructions": _out(pipe),
         "memory_roofs": memory_roofs(table.kernels),
@@ -525,34 +558,52 @@ def parse_ncu_text(
     }
 
 
+#: Source name of the bandwidth roofs an ncu capture states itself: theoretical peaks
+#: (peak bytes per cycle x the unit's clock), not measurements. For DRAM that is the
+#: datasheet figure: bus width x memory clock.
+NCU_THEORETICAL = "ncu-theoretical"
+
+
+def _roof_candidates(level: str) -> list[tuple[str, int, str]]:
+    """(peak counter, bytes per counted unit, clock) per level, preferred first: the
+    hierarchical chart's own counters, then the byte counters' peaks."""
+    legacy = (MEMORY_PEAK_METRICS[level][0], 1, MEMORY_PEAK_METRICS[level][1])
+    return [*HIERARCHY_PEAK_METRICS.get(level, ()), legacy]
+
+
 def memory_roofs(kernels: list[_Kernel]) -> dict[str, dict | None]:
     """L1, L2 and DRAM bandwidth roofs from the capture's own counters.
 
-    Per level: ``<level>.peak_sustained`` (bytes per cycle, all units) times that
-    unit's measured clock (``<unit>__cycles_elapsed.avg.per_second``). Over several
-    rows (kernels) the median of the per-row products is taken. None for a level
-    whose two counters are not both in the capture.
+    Per level: a peak per cycle times that unit's measured clock
+    (``<unit>__cycles_elapsed.avg.per_second``). L1 and L2 take the counters of ncu's
+    hierarchical chart where the capture has them (LSU writeback cycles x 128 B,
+    L2-to-crossbar cycles x 32 B), else ``l1tex__t_bytes`` / ``lts__t_bytes``
+    ``.peak_sustained``. Over several rows (kernels) the median of the per-row
+    products is taken. None for a level without a peak and its clock.
     """
     out: dict[str, dict | None] = {}
-    for level, (peak_name, rate_name) in MEMORY_PEAK_METRICS.items():
-        pairs = [
-            (k.values[peak_name], k.values[rate_name])
-            for k in kernels
-            if k.values.get(peak_name) is not None and k.values.get(rate_name) is not None
-        ]
-        if not pairs:
-            out[level] = None
-            continue
-        pairs.sort(key=lambda pr: pr[0] * pr[1])
-        peak, rate = pairs[len(pairs) // 2]
-        out[level] = {
-            "bytes_per_s": float(peak * rate),
-            "bytes_per_cycle": float(peak),
-            "clock_hz": float(rate),
-            "metrics": [peak_name, rate_name],
-            "rows": len(pairs),
-            "source": "ncu-derived",
-        }
+    for level in MEMORY_PEAK_METRICS:
+        out[level] = None
+        for peak_name, per_unit, rate_name in _roof_candidates(level):
+            pairs = [
+                (k.values[peak_name] * per_unit, k.values[rate_name])
+                for k in kernels
+                if k.values.get(peak_name) is not None and k.values.get(rate_name) is not None
+            ]
+            if not pairs:
+                continue
+            pairs.sort(key=lambda pr: pr[0] * pr[1])
+            peak, rate = pairs[len(pairs) // 2]
+            out[level] = {
+                "bytes_per_s": float(peak * rate),
+                "bytes_per_cycle": float(peak),
+                "clock_hz": float(rate),
+                "metrics": [peak_name + (f" x {per_unit}" if per_unit != 1 else ""), rate_name],
+                "rows": len(pairs),
+                "source": NCU_THEORETICAL,
+                "ncu_chart": level == "dram" or per_unit != 1,
+            }
+            break
     return out
 
 
@@ -610,6 +661,7 @@ def empty_result(source: str) -> dict:
             "arithmetic_intensity_dram": None,
             "incomplete": {},
         },
+        "flop_corrections": [],
         "tensor_counters_used": [],
         "tensor_pipe_instructions": None,
         "memory_roofs": dict.fromkeys(MEMORY_PEAK_METRICS),

@@ -22,12 +22,13 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic, write_text_atomic
 from dnnroofline.ncu import empty_result, parse_ncu_text, read_text, tensor_counter_gap
+from dnnroofline.ncu_hierarchy import HierarchyCounters, counters_for, section_paths
 from dnnroofline.ncu_profile import (
     COUNTERS_UNAVAILABLE,
     PASSES,
@@ -376,6 +377,32 @@ def _compute_capability(req: CaptureRequest) -> tuple[str | None, str]:
     return detect_compute_capability(req.env_info)
 
 
+def section_files(exe: str) -> dict[str, str]:
+    """The installed ncu's hierarchical roofline section files, path -> text: in
+    ``sections/`` beside the resolved executable, or in the CUDA toolkit's
+    ``nsight-compute-*/sections`` (``/usr/local/cuda/bin/ncu`` is a launcher script)."""
+    here = Path(os.path.realpath(exe)).parent
+    dirs = [here / "sections", *sorted(here.parent.glob("nsight-compute*/sections"), reverse=True)]
+    for d in dirs:
+        names = section_paths(str(p) for p in d.glob("*.section")) if d.is_dir() else []
+        if names:
+            return {n: Path(n).read_text(errors="replace") for n in names}
+    return {}
+
+
+def _hierarchy_counters(exe: str, cc_str: str | None, info: dict) -> HierarchyCounters | None:
+    """The counters of ncu's own hierarchical chart on this GPU (section files, else the
+    table); recorded in ``info["hierarchy_counters"]``. None for an unknown GPU."""
+    cc = parse_compute_capability(cc_str)
+    if cc is None:
+        return None
+    counters, notes = counters_for(cc, section_files(exe))
+    info["hierarchy_counters"] = {**asdict(counters), "notes": notes}
+    for note in notes:
+        log(note)
+    return counters
+
+
 def _select_metrics(req: CaptureRequest, exe: str, info: dict) -> tuple[list[str], list[str]]:
     """(kernel-pass metrics, step-pass metrics): the sets for the GPU, less those ncu
     says it does not have. Fills ``info``'s compute capability and metric fields."""
@@ -383,7 +410,8 @@ def _select_metrics(req: CaptureRequest, exe: str, info: dict) -> tuple[list[str
         cc_str, cc_src = _compute_capability(req)
         info["compute_capability"], info["compute_capability_source"] = cc_str, cc_src
         requested = req.metrics or metrics_for_arch(cc_str)
-        step_requested = step_metrics_for_arch(cc_str)
+        hierarchy = _hierarchy_counters(exe, cc_str, info)
+        step_requested = step_metrics_for_arch(cc_str, hierarchy)
     except InputError as err:
         raise _NoCapture("unavailable", "gpu_not_supported", str(err)) from None
     info["metrics_requested"] = requested

@@ -81,6 +81,41 @@ MEMORY_PEAK_METRICS: dict[str, tuple[str, str]] = {
 }
 PEAK_METRIC_NAMES = tuple(m for pair in MEMORY_PEAK_METRICS.values() for m in pair)
 
+# The counters Nsight Compute's own hierarchical roofline chart draws L1 and L2 from
+# (sections/SpeedOfLight_Hierarchical{Single,Half,Double,Tensor}RooflineChart.section
+# of Nsight Compute 2025.3.1, the version of the committed H100 captures): L1 is the
+# LSU writeback's active cycles x 128 bytes, L2 the L2-to-crossbar active cycles x 32
+# bytes (what L2 sends towards the SMs), each with its own ``.peak_sustained`` and the
+# unit's clock. The L1 counter is named per architecture; the capture reads the names
+# from the installed ncu's section files where it can (dnnroofline.ncu_hierarchy).
+#: L1 writeback active cycles: CC <= 7.2, 7.5-8.9, >= 9.0 (as the sections' filters).
+L1_WRITEBACK_METRICS = (
+    "l1tex__lsu_writeback_active.sum",
+    "l1tex__lsu_writeback_active_mem_lg.sum",
+    "l1tex__lsu_writeback_active_mem_lgds.sum",
+)
+L1_WRITEBACK_BYTES_PER_CYCLE = 128
+L2_XBAR_METRIC = "lts__lts2xbar_cycles_active.sum"
+L2_XBAR_BYTES_PER_CYCLE = 32
+#: Shared-memory bytes moved by SASS load/store instructions (LDS, STS, LDSM, LDGSTS,
+#: atomics): SASS-patched, so the kernel pass gives it. Not TMA's writes into shared
+#: memory nor wgmma's operand reads, which are no SASS load or store.
+SHARED_BYTES_METRIC = "sm__sass_data_bytes_mem_shared.sum"
+#: Hierarchical-roofline peaks: (active-cycles counter's peak, bytes per cycle, clock).
+HIERARCHY_PEAK_METRICS: dict[str, tuple[tuple[str, int, str], ...]] = {
+    "l1": tuple(
+        (f"{m}.peak_sustained", L1_WRITEBACK_BYTES_PER_CYCLE, MEMORY_PEAK_METRICS["l1"][1])
+        for m in L1_WRITEBACK_METRICS
+    ),
+    "l2": (
+        (f"{L2_XBAR_METRIC}.peak_sustained", L2_XBAR_BYTES_PER_CYCLE, MEMORY_PEAK_METRICS["l2"][1]),
+    ),
+}
+HIERARCHY_COUNT_METRICS = (*L1_WRITEBACK_METRICS, L2_XBAR_METRIC)
+HIERARCHY_PEAK_METRIC_NAMES = tuple(
+    peak for variants in HIERARCHY_PEAK_METRICS.values() for peak, _, _ in variants
+)
+
 #: Tensor-pipe *instruction* counters. Diagnostic only: never turned into FLOPs. The
 #: first two are the same total at two levels (the first one present is read).
 TENSOR_PIPE_INST_METRICS = (
@@ -132,6 +167,9 @@ _FIXED_METRICS = frozenset(
         *TENSOR_PIPE_INST_METRICS,
         *TENSOR_PIPE_OP_INST_METRICS,
         *PEAK_METRIC_NAMES,
+        *HIERARCHY_COUNT_METRICS,
+        *HIERARCHY_PEAK_METRIC_NAMES,
+        SHARED_BYTES_METRIC,
     }
 )
 
@@ -145,6 +183,9 @@ METRIC_DIMENSIONS: dict[str, frozenset[str]] = {
     ALT_CYCLES_RATE_METRIC: frozenset({"cycle/second", "1/second"}),
     **{peak: frozenset({"byte/cycle", "byte", ""}) for peak, _ in MEMORY_PEAK_METRICS.values()},
     **{rate: frozenset({"cycle/second", "1/second"}) for _, rate in MEMORY_PEAK_METRICS.values()},
+    **{m: frozenset({"cycle", ""}) for m in HIERARCHY_COUNT_METRICS},
+    **{m: frozenset({"cycle", "cycle/cycle", ""}) for m in HIERARCHY_PEAK_METRIC_NAMES},
+    SHARED_BYTES_METRIC: frozenset({"byte"}),
 }
 NOT_COUNT_DIMENSIONS = frozenset({"second", "byte", "%"})
 

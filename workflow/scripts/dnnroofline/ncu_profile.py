@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnnroofline.errors import InputError
+from dnnroofline.ncu_hierarchy import HierarchyCounters, all_step_metrics, table_counters
 from dnnroofline.ncu_metrics import (
     CUDA_CORE_METRIC_NAMES,
     DRAM_METRIC,
@@ -48,6 +49,7 @@ from dnnroofline.ncu_metrics import (
     MEMORY_PEAK_METRICS,
     PACKED_FP32_METRIC_NAMES,
     PEAK_METRIC_NAMES,
+    SHARED_BYTES_METRIC,
     TENSOR_PIPE_OP_INST_METRICS,
     TIME_METRIC,
 )
@@ -99,6 +101,9 @@ BASE_METRICS: tuple[str, ...] = (
     # Diagnostic only: tells "tensor pipe busy but no ops counter" apart from
     # "no tensor work". Never turned into FLOPs.
     "smsp__inst_executed_pipe_tensor.sum",
+    # Shared-memory bytes of SASS loads/stores: the L1 level's shared part
+    # (SASS-patched, so in this pass; dnnroofline.ncu_hierarchy).
+    SHARED_BYTES_METRIC,
 )
 
 _T = "sm__ops_path_tensor_"
@@ -203,10 +208,18 @@ STEP_METRICS: tuple[str, ...] = (
 )
 
 
-def step_metrics_for_arch(compute_capability: object) -> list[str]:
-    """The step pass's metric list (the same on every architecture ncu supports)."""
+def step_metrics_for_arch(
+    compute_capability: object, hierarchy: HierarchyCounters | None = None
+) -> list[str]:
+    """The step pass's metric list: :data:`STEP_METRICS` and the counters of ncu's
+    hierarchical chart (``hierarchy``, read from the installed ncu's section files;
+    without it, the table for this compute capability, or every architecture's)."""
     metrics_for_arch(compute_capability)  # the same refusal of pre-Volta GPUs
-    return list(STEP_METRICS)
+    cc = parse_compute_capability(compute_capability)
+    if hierarchy is None and cc is not None:
+        hierarchy = table_counters(cc)
+    extra = hierarchy.step_metrics() if hierarchy is not None else all_step_metrics()
+    return list(dict.fromkeys([*STEP_METRICS, *extra]))
 
 
 # --------------------------------------------------------------------------- the two passes
@@ -246,6 +259,8 @@ PASSES: dict[str, dict[str, str]] = {
 #: Which pass each number of the parsed JSON comes from.
 PROVENANCE: dict[str, str] = {
     "totals.flop": "kernel",
+    "totals.bytes.shared": "kernel",
+    "totals.wgmma": "kernel",
     "totals.bytes": "step",
     "totals.time_s": "step",
     "memory_roofs": "step",
@@ -622,6 +637,8 @@ def combine_passes(kernel: Mapping, step: Mapping | None) -> dict:
         "flop": dict(ktot["flop"]),
         "bytes": dict(stot["bytes"]) if stot else dict.fromkeys(ktot["bytes"]),
         "arithmetic_intensity_dram": None,
+        # which kernels ran wgmma: per-kernel instruction counts, kernel pass
+        "wgmma": ktot.get("wgmma"),
         # kernels lacking a counter, counted in the pass each total comes from
         "incomplete": {
             **{k: n for k, n in (ktot.get("incomplete") or {}).items() if k.startswith("flop")},
@@ -632,6 +649,9 @@ def combine_passes(kernel: Mapping, step: Mapping | None) -> dict:
             },
         },
     }
+    # Shared-memory bytes are counted by SASS patching, which only the kernel pass
+    # has; like FLOPs they do not depend on the cache state.
+    totals["bytes"]["shared"] = ktot["bytes"].get("shared")
     flop, dram = totals["flop"]["total"], totals["bytes"]["dram"]
     if flop is not None and dram:
         totals["arithmetic_intensity_dram"] = flop / dram

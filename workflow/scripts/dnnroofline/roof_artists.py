@@ -32,7 +32,7 @@ from dnnroofline.roof_labels import (
     right_edge_clear_of,
 )
 
-LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-derived": ":"}
+LINESTYLES = {"measured": "-", "datasheet": "--", "ncu-theoretical": ":"}
 ROOF_LABEL_PT = 7
 ROOF_LABEL_GAP_PT = 3  # between a roof label's right end and the axis' right edge
 MEMORY_LABEL_PT = 6.5
