@@ -155,6 +155,7 @@ rule ncu_vs_analytic:
         ncu=ncu_files(),
         complexity=complexity_files(),
         selftest=selftest_files(),
+        ceilings=ceilings_files(),
     output:
         report(
             "results/report_sections/ncu_vs_analytic.html",
@@ -173,5 +174,6 @@ rule ncu_vs_analytic:
         envs=ENVS,
     shell:
         "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
-        "--selftest {input.selftest} --envs {params.envs} --out {output} > {log} 2>&1 "
+        "--selftest {input.selftest} --ceilings {input.ceilings} --envs {params.envs} "
+        "--out {output} > {log} 2>&1 "
         "|| (tail -n 5 {log} >&2; exit 1)"

@@ -14,6 +14,7 @@ import torch
 
 from dnnroofline import ceiling_kernels as ck
 from dnnroofline import ceilings as cl
+from dnnroofline import memory_kernels as mk
 from dnnroofline import roofline
 from dnnroofline.envinfo import cpu_info
 from dnnroofline.errors import InputError
@@ -159,10 +160,25 @@ def test_quick_fp32_below_derived_peak_or_flagged(quick_ceilings):
 
 def test_quick_unsupported_precision_is_skipped_with_note(quick_ceilings):
     c, stderr, _, _ = quick_ceilings
-    assert [s["precision"] for s in c["skipped"]] == ["tf32"] + ([] if CPU_BF16 else ["bf16"])
-    assert "TF32" in c["skipped"][0]["reason"]
+    # Skipped in the order asked (fp32, bf16, tf32); bf16 only where this CPU lacks it.
+    assert [s["precision"] for s in c["skipped"]] == ([] if CPU_BF16 else ["bf16"]) + ["tf32"]
+    tf32 = next(s for s in c["skipped"] if s["precision"] == "tf32")
+    assert "TF32" in tf32["reason"]
     assert "skipped tf32" in stderr
     assert not [r for r in c["roofs"] if r["precision"] == "tf32"]
+
+
+def test_bf16_is_skipped_through_the_flag_detection_on_a_cpu_without_it(monkeypatch):
+    """Whatever this host has: its CPU facts are replaced by an AVX2-only CPU's."""
+    from dnnroofline import envinfo
+
+    real = envinfo.cpu_info()
+    monkeypatch.setattr(envinfo, "cpu_info", lambda: {**real, "flags_all": ["avx", "avx2", "fma"]})
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    c = cl.build_ceilings("local", "cpu", ["fp32", "bf16"], quick=True, expect_threads=1)
+    assert [s["precision"] for s in c["skipped"]] == ["bf16"]
+    assert "AVX512_BF16 or AMX" in c["skipped"][0]["reason"]
+    assert {r["precision"] for r in c["roofs"] if r["kind"] == "compute"} == {"fp32"}
 
 
 def test_the_written_file_gives_the_pipeline_its_roofs(quick_ceilings):
@@ -219,12 +235,12 @@ def test_gemm_size_for():
 
 def test_stream_array_bytes():
     mib = 1024**2
-    assert ck.stream_array_bytes(32 * mib, 64 * 1024 * mib)[0] == 128 * mib
-    size, why = ck.stream_array_bytes(None, 64 * 1024 * mib)
+    assert mk.stream_array_bytes(32 * mib, 64 * 1024 * mib)[0] == 128 * mib
+    size, why = mk.stream_array_bytes(None, 64 * 1024 * mib)
     assert size == 64 * mib and "unknown" in why
-    size, why = ck.stream_array_bytes(1024 * mib, 8 * 1024 * mib)  # RAM-capped
+    size, why = mk.stream_array_bytes(1024 * mib, 8 * 1024 * mib)  # RAM-capped
     assert size == 8 * 1024 * mib // 12 and "capped" in why
-    assert ck.stream_array_bytes(32 * mib, None, quick=True)[0] == 4 * mib
+    assert mk.stream_array_bytes(32 * mib, None, quick=True)[0] == 4 * mib
 
 
 def test_precision_support():
@@ -357,7 +373,8 @@ def test_a_gpu_tries_several_gemm_shapes_and_cudnn_layouts():
     # near 8192^3): one shape under-reads the roof
     cands = ck.compute_candidates("cuda", "bf16", quick=False, probe_flops=None)
     gemms = [kw for kind, kw in cands if kind == "gemm"]
-    assert len(gemms) >= 3 and {"n": 4096} in gemms and any(kw.get("k", 0) >= 16384 for kw in gemms)
+    assert len(gemms) >= 3 and any(kw.get("k", 0) >= 16384 for kw in gemms)
+    assert {"m": 4096, "n": 4096, "k": 4096, "library": "cublas"} in gemms
     convs = [kw for kind, kw in cands if kind == "conv"]
     assert any(kw.get("channels_last") for kw in convs) and any(kw.get("backward") for kw in convs)
 
@@ -390,8 +407,8 @@ def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_
         return {"dtype": "float64", "elements": 1, "array_bytes": array_bytes,
                 "triad": one, "scale": one, "copy": one}  # fmt: skip
 
-    monkeypatch.setattr(ck, "bench_stream", fake_stream)
-    roofs = ck.measure_memory("cuda", free_device_bytes=80 * 2**30)
+    monkeypatch.setattr(mk, "bench_stream", fake_stream)
+    roofs = mk.measure_memory("cuda", free_device_bytes=80 * 2**30)
     assert seen["min_repeat_s"] >= 2e-3 and seen["min_warmup_s"] > 0
     assert seen["array_bytes"] >= 2**30
     assert [r["benchmark"] for r in roofs] == ["triad", "scale", "d2d_copy"]
@@ -402,18 +419,27 @@ H100_CEILINGS = ROOT / "examples" / "h100" / "results" / "h100" / "ceilings.json
 CONV_PARAMS = {"batch", "c_in", "hw", "c_out", "kernel", "channels_last", "backward"}
 
 
+def _replay_key(kind: str, params: dict) -> tuple:
+    if kind == "gemm":
+        return kind, params.get("m", params["n"]), params["n"], params.get("k", params["n"])
+    return kind, tuple(sorted(params.items()))
+
+
 def replay_candidates(monkeypatch, precision: str) -> list[dict]:
     """bench_gemm and bench_conv answer with what an H100 measured for ``precision``
-    (examples/h100: its GEMMs and its cuDNN convolutions, in the order tried)."""
+    (examples/h100: its GEMMs through cuBLAS, torch's default there, and its cuDNN
+    convolutions); a shape or library it did not measure fails as a GEMM can."""
     roofs = json.loads(H100_CEILINGS.read_text())["roofs"]
     measured = next(
         r for r in roofs if r["source"] == "measured" and r.get("precision") == precision
     )
-    recorded = iter(measured["candidates"])
+    recorded = {_replay_key(c["kind"], c["params"]): c for c in measured["candidates"]}
 
     def answer(kind, **kw):
-        cand = next(recorded)
-        assert cand["kind"] == kind and cand["params"] == kw  # tried in the same order
+        cand = recorded.get(_replay_key(kind, kw))
+        library = str(torch.backends.cuda.preferred_blas_library()).lower()
+        if cand is None or (kind == "gemm" and not library.endswith(".cublas")):
+            raise RuntimeError(f"not measured on the H100 of examples/h100: {kind} {kw}")
         shape = {"m": kw.get("m", kw.get("n")), "n": kw.get("n"), "k": kw.get("k", kw.get("n"))}
         return {
             **{k: cand[k] for k in ("flop", "reps", "times_s", "flops_best", "flops_median")},
@@ -446,13 +472,16 @@ def test_a_gpus_roof_is_its_best_gemm_not_a_winograd_convolution(monkeypatch):
     assert fastest_conv > 67e12 > best_gemm  # the measurement this rule is for
     roof = ck.measure_compute("cuda", "fp32")
     assert roof["value"] == best_gemm and roof["set_by"].startswith("torch.matmul 16384x")
-    assert roof["method"].startswith("best of 4 GEMMs through torch.matmul (3 convolutions")
+    assert roof["method"].startswith(
+        "best of 4 GEMMs through torch.matmul (11 shapes x cuBLAS/cuBLASLt; 3 convolutions"
+    )
     convs = [c for c in roof["candidates"] if c["kind"] == "conv"]
     assert len(convs) == 3 and not any(c["set_roof"] for c in convs)
     assert all(c["roof_eligible"] is False and "ncu counts" in c["why_not"] for c in convs)
     # On a CPU the study counts nominal FLOPs too, so the same convolution would be its roof.
-    assert ck.roof_candidate("cpu", roof["candidates"]) == 4
-    assert ck.roof_candidate("mps", roof["candidates"]) == 4
+    first_conv = roof["candidates"].index(convs[0])  # the NCHW 3x3: 97.5 TFLOP/s
+    assert ck.roof_candidate("cpu", roof["candidates"]) == first_conv
+    assert ck.roof_candidate("mps", roof["candidates"]) == first_conv
 
 
 def test_the_h100s_bf16_roof_is_its_best_gemm_though_a_convolution_beat_it(monkeypatch):

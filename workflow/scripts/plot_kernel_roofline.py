@@ -33,6 +33,7 @@ from dnnroofline.kernel_roofline import (
     step_time,
     with_ncu_memory_roofs,
 )
+from dnnroofline.kernels_above_roof import kernels_above_measured_roof
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ncu = read_json(args.ncu)
         status, message = ncu_status(ncu)
-        roofs = env_roofs(read_json(args.ceilings), args.ceilings)
+        ceilings = read_json(args.ceilings)
+        roofs = env_roofs(ceilings, args.ceilings)
         if args.kind == "kernels":
             kset = kernel_points(ncu if status == "ok" else {"kernels": []})
+            # kernels faster than their class's measured roof: that roof is too low
+            above = []
+            if status == "ok":
+                above = kernels_above_measured_roof(ncu, ceilings, args.precision, args.ceilings)
             info = plot_kernels(
                 kset,
                 roofs,
@@ -66,14 +72,25 @@ def main(argv: list[str] | None = None) -> int:
                 args.title or f"Per-kernel roofline: {label} (ncu counts and kernel times)",
                 status=status,
                 message=message,
+                above_measured=above,
             )
+            for k in above:
+                print(
+                    f"plot_kernel_roofline: above the measured {k['roof_precision']} roof "
+                    f"({k['roof'] / 1e12:.1f} TFLOP/s): kernel {k['id']} "
+                    f"{short_name(k['name'], 80)} at {k['flops'] / 1e12:.1f} TFLOP/s",
+                    file=sys.stderr,
+                )
             for s in kset.skipped:
                 print(
                     f"plot_kernel_roofline: not plotted ({s['reason']}): kernel {s['id']} "
                     f"{short_name(s['name'], 80)}",
                     file=sys.stderr,
                 )
-            summary = f"{info['points']} kernels plotted, {info['skipped']} not plotted"
+            summary = (
+                f"{info['points']} kernels plotted, {info['skipped']} not plotted, "
+                f"{info['above_measured']} above their measured roof"
+            )
         else:
             if not args.points:
                 raise InputError("--kind hierarchical needs --points (the timed step time)")

@@ -3,12 +3,13 @@
 
     python workflow/scripts/write_ncu_comparison.py --ncu results/*/ncu/*.json \
         --complexity results/complexity/*.json --envs local gcp_l4 \
-        --out results/report_sections/ncu_vs_analytic.html
+        [--ceilings results/*/ceilings.json] --out results/report_sections/ncu_vs_analytic.html
 
 Parsed ncu files are keyed by their name ``{env}_{model}_{precision}_bs{batch}.json``,
 matched against the envs given and the models and batch sizes of the complexity
 files (underscores in names are never split). ``--ncu`` may be empty (a CPU-only
-study): the page then says there is no ncu data and how to get it.
+study): the page then says there is no ncu data and how to get it. With ``--ceilings``
+each capture also names its kernels that beat their class's measured roof.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_text_atomic
+from dnnroofline.kernels_above_roof import above_by_capture
 from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
-from dnnroofline.point_inputs import key_complexity
+from dnnroofline.point_inputs import key_ceilings, key_complexity
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--complexity", nargs="*", default=[], help="complexity JSON files")
     ap.add_argument("--envs", nargs="*", default=[], help="the study's env names")
     ap.add_argument("--selftest", nargs="*", default=[], help="results/{env}/ncu/selftest.json")
+    ap.add_argument("--ceilings", nargs="*", default=[], help="results/{env}/ceilings.json")
     ap.add_argument("--out", required=True, help="HTML page to write")
     args = ap.parse_args(argv)
     try:
@@ -40,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         docs = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
         sources = {key: by_stem[stem] for stem, key in matched.items()}
         rows = comparison_rows(docs, complexity, sources)
+        ceilings, _ = key_ceilings((path, read_json(path)) for path in args.ceilings)
+        above = above_by_capture(docs, ceilings)
+        for r in rows:
+            key = (r["env"], r["model"], r["precision"], r["batch_size"])
+            if key in above:
+                r["kernels_above_measured"] = above[key]
         selftests = {}
         for path in args.selftest:
             doc = read_json(path)

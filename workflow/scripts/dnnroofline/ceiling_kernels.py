@@ -1,9 +1,10 @@
-"""The measured ceilings: timed GEMMs, convolutions and STREAM kernels on one device.
+"""The measured compute ceilings: timed GEMMs and convolutions on one device.
 
 Each microbenchmark times its kernel over several repeats (CUDA events on GPUs, a
-synchronised wall clock elsewhere) and records every candidate with its FLOP/s or
-bytes/s; :func:`measure_compute` and :func:`measure_memory` pick the roof among them
-(the method is in :mod:`dnnroofline.ceilings`, which assembles ``ceilings.json``).
+synchronised wall clock elsewhere) and records every candidate with its FLOP/s;
+:func:`measure_compute` picks the roof among them (the method is in
+:mod:`dnnroofline.ceilings`, which assembles ``ceilings.json``; the GPU's GEMM sweep is
+:mod:`dnnroofline.gemm_sweep`, the memory roofs :mod:`dnnroofline.memory_kernels`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from typing import Any
+
+from dnnroofline import gemm_sweep
 
 MiB = 1024**2
 #: Calls per timed repeat at most (a repeat is sized from one call's time).
@@ -19,6 +23,16 @@ MAX_INNER = 1000
 #: repeat shorter than this (a call timed alone carries the host's launch gap).
 GPU_MIN_WARMUP_S = 0.5
 GPU_MIN_REPEAT_S = 0.005
+#: A GPU candidate's timer settings: clocks ramped up first, no repeat shorter than
+#: GPU_MIN_REPEAT_S (:func:`dnnroofline.gemm_sweep.sweep_seconds` estimates from them).
+GPU_TIMING = {
+    "warmup": 3,
+    "reps": 10,
+    "min_reps": 3,
+    "time_cap_s": 5.0,
+    "min_warmup_s": GPU_MIN_WARMUP_S,
+    "min_repeat_s": GPU_MIN_REPEAT_S,
+}
 
 
 def gemm_flop(m: int, n: int, k: int) -> int:
@@ -96,6 +110,7 @@ def _time_repeats(
     time_cap_s: float = 5.0,
     min_warmup_s: float = 0.0,
     min_repeat_s: float = 0.0,
+    timing_context: contextlib.AbstractContextManager | None = None,
 ) -> tuple[list[float], int]:
     """Seconds per call of ``fn`` over timed repeats after warm-up, and the calls per
     repeat.
@@ -106,7 +121,8 @@ def _time_repeats(
     millisecond timed alone carries the host's launch gap, as the stream is empty when
     the start event is recorded. CUDA: CUDA events; elsewhere ``time.perf_counter``
     around a device sync. Stops after ``reps`` repeats, or after ``min_reps`` once
-    ``time_cap_s`` is spent.
+    ``time_cap_s`` is spent. ``timing_context`` is entered around the timed repeats only
+    (NVML sampling of a GPU candidate: :mod:`dnnroofline.gemm_sweep`).
     """
     import torch
 
@@ -125,25 +141,26 @@ def _time_repeats(
         inner = max(inner, min(MAX_INNER, math.ceil(min_repeat_s / one)))
     times: list[float] = []
     t_start = time.monotonic()
-    while len(times) < reps:
-        if device == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / inner)
-        else:
-            _sync(device)
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            _sync(device)
-            times.append((time.perf_counter() - t0) / inner)
-        if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
-            break
+    with timing_context or contextlib.nullcontext():
+        while len(times) < reps:
+            if device == "cuda":
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(inner):
+                    fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3 / inner)
+            else:
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                _sync(device)
+                times.append((time.perf_counter() - t0) / inner)
+            if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
+                break
     return times, inner
 
 
@@ -162,6 +179,7 @@ def bench_gemm(
     time_cap_s: float = 5.0,
     min_warmup_s: float = 0.0,
     min_repeat_s: float = 0.0,
+    timing_context: contextlib.AbstractContextManager | None = None,
 ) -> dict:
     """Time ``torch.matmul`` of (m x k) @ (k x n) in ``precision`` (square n^3 by default).
 
@@ -203,6 +221,7 @@ def bench_gemm(
             time_cap_s=time_cap_s,
             min_warmup_s=min_warmup_s,
             min_repeat_s=min_repeat_s,
+            timing_context=timing_context,
         )
         if not torch.isfinite(out.float()).all():
             raise RuntimeError(f"GEMM {precision} {m}x{n}x{k} produced non-finite values")
@@ -251,6 +270,7 @@ def bench_conv(
     time_cap_s: float = 5.0,
     min_warmup_s: float = 0.0,
     min_repeat_s: float = 0.0,
+    timing_context: contextlib.AbstractContextManager | None = None,
 ) -> dict:
     """Time ``torch.nn.functional.conv2d`` (oneDNN on CPU, cuDNN on CUDA), stride 1, same pad.
 
@@ -299,6 +319,7 @@ def bench_conv(
             time_cap_s=time_cap_s,
             min_warmup_s=min_warmup_s,
             min_repeat_s=min_repeat_s,
+            timing_context=timing_context,
         )
         if not torch.isfinite(result["y"].float()).all():
             raise RuntimeError(f"conv2d {precision} produced non-finite values")
@@ -377,8 +398,9 @@ def compute_candidates(device: str, precision: str, *, quick: bool, probe_flops:
 
     CPU: square GEMMs (one sized so it takes ~0.5 s at ``probe_flops``, one smaller),
     two im2col-shaped GEMMs (tall M, as a convolution's GEMM), and oneDNN convolutions
-    (3x3 forward, NCHW and channels-last; 3x3 forward+backward; 1x1 forward). CUDA/MPS:
-    one large square GEMM (as before) plus a cuDNN/MPS convolution.
+    (3x3 forward, NCHW and channels-last; 3x3 forward+backward; 1x1 forward). CUDA: the
+    GEMM sweep (shapes x cuBLAS/cuBLASLt) and cuDNN convolutions
+    (:func:`dnnroofline.gemm_sweep.cuda_candidates`). MPS: one square GEMM and a convolution.
     """
     if quick:
         return [
@@ -417,17 +439,8 @@ def compute_candidates(device: str, precision: str, *, quick: bool, probe_flops:
             ),
             ("conv", {"batch": 16, "c_in": 256, "hw": 28, "c_out": 512, "kernel": 1}),
         ]
-    if device == "cuda":  # cuBLAS peaks at different shapes per precision and GPU
-        conv = {"batch": 64, "c_in": 256, "hw": 28, "c_out": 256, "kernel": 3}
-        return [
-            ("gemm", {"n": 4096}),
-            ("gemm", {"n": 8192}),
-            ("gemm", {"m": 8192, "n": 8192, "k": 16384}),
-            ("gemm", {"n": 16384}),
-            ("conv", conv),
-            ("conv", {**conv, "channels_last": True}),
-            ("conv", {**conv, "channels_last": True, "backward": True}),
-        ]
+    if device == "cuda":  # cuBLAS/cuBLASLt peak at different shapes per precision and GPU
+        return gemm_sweep.cuda_candidates()
     return [
         ("gemm", {"n": 4096}),
         ("conv", {"batch": 64, "c_in": 256, "hw": 28, "c_out": 256, "kernel": 3}),
@@ -446,13 +459,26 @@ def _describe(kind: str, res: dict) -> str:
     )
 
 
-def measure_compute(device: str, precision: str, *, quick: bool = False, threads: int = 1) -> dict:
+def _conditions(device: str, kind: str, params: dict, record: dict, nvml: Any):
+    """A CUDA candidate runs through its BLAS library with NVML sampling its timing
+    (:func:`dnnroofline.gemm_sweep.cuda_conditions`); elsewhere as it is."""
+    if device == "cuda":
+        return gemm_sweep.cuda_conditions(kind, params, record, nvml)
+    return contextlib.nullcontext()
+
+
+def measure_compute(
+    device: str, precision: str, *, quick: bool = False, threads: int = 1, nvml: Any = None
+) -> dict:
     """A measured compute roof for ``precision`` on ``device`` (a ceilings ``roofs`` entry).
 
     The roof is the best of several candidates (GEMMs of several shapes and, except on
     CUDA, convolutions: :func:`roof_candidate`), each taken at its best repeat; every
     candidate is kept under ``candidates`` with its method, times and FLOP/s, and
-    ``set_by`` names the winner.
+    ``set_by`` names the winner. On CUDA the GEMMs are the sweep of
+    :mod:`dnnroofline.gemm_sweep` (shapes x cuBLAS/cuBLASLt), and each candidate also
+    keeps its shape, library, and SM clock and power read by NVML (``nvml``: pynvml or a
+    stand-in) during its timed repeats.
     A roof that the study's own kernels beat is a wrong roof: one GEMM is not enough
     (oneDNN's convolutions outrun a square MKL GEMM on some CPUs).
     """
@@ -463,15 +489,8 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
         timing = {"warmup": 1, "reps": 3, "min_reps": 2, "time_cap_s": 0.3}
     elif device == "cpu":
         timing = {"warmup": 1, "reps": 8, "min_reps": 3, "time_cap_s": 1.5}
-    else:  # a GPU: clocks ramped up first, and no repeat shorter than GPU_MIN_REPEAT_S
-        timing = {
-            "warmup": 3,
-            "reps": 10,
-            "min_reps": 3,
-            "time_cap_s": 5.0,
-            "min_warmup_s": GPU_MIN_WARMUP_S,
-            "min_repeat_s": GPU_MIN_REPEAT_S,
-        }
+    else:
+        timing = dict(GPU_TIMING)
     timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
     mode = (
         {"fp32": ", TF32 off", "tf32": ", TF32 on"}.get(precision, "") if device == "cuda" else ""
@@ -481,31 +500,43 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
     for kind, kw in compute_candidates(
         device, precision, quick=quick, probe_flops=probe and probe["flops_best"]
     ):
+        cand: dict = {"kind": kind, "params": kw}
         try:
-            if kind == "gemm":
-                res = bench_gemm(device, precision, **kw, **timing)
-                how = "FLOPs = 2*M*N*K, rotating input sets"
-            else:
-                res = bench_conv(device, precision, **kw, **timing)
-                how = f"{library}; {CONV_FLOP_NOTE}"
-        except (RuntimeError, NotImplementedError) as exc:
-            cands.append({"kind": kind, "params": kw, "error": str(exc)})
+            with _conditions(device, kind, kw, cand, nvml) as timing_context:
+                if kind == "gemm":
+                    shape = {key: v for key, v in kw.items() if key != "library"}
+                    res = bench_gemm(
+                        device, precision, **shape, **timing, timing_context=timing_context
+                    )
+                    how = "FLOPs = 2*M*N*K, rotating input sets"
+                else:
+                    res = bench_conv(
+                        device, precision, **kw, **timing, timing_context=timing_context
+                    )
+                    how = f"{library}; {CONV_FLOP_NOTE}"
+        except gemm_sweep.BlasUnavailable as exc:
+            cands.append({**cand, "status": "unavailable", "reason": str(exc)})
             continue
-        cands.append(
+        except (RuntimeError, NotImplementedError) as exc:
+            cands.append({**cand, "status": "error", "error": str(exc)})
+            continue
+        via = gemm_sweep.LIBRARY_NAMES.get(cand.get("library") if kind == "gemm" else None)
+        describe = _describe(kind, res) + (f" through {via}" if via else "")
+        cand.update(
             {
-                "kind": kind,
-                "method": f"{_describe(kind, res)}{mode}; {how}",
-                "params": kw,
+                "method": f"{describe}{mode}; {how}",
                 "flop": res["flop"],
                 "reps": res["reps"],
                 "times_s": res["times_s"],
                 "flops_best": res["flops_best"],
                 "flops_median": res["flops_median"],
+                "status": "ok",
             }
         )
+        cands.append(cand)
     ok = [c for c in cands if "flops_best" in c]
     if not ok:
-        errors = "; ".join(c["error"] for c in cands)
+        errors = "; ".join(str(c.get("error") or c.get("reason")) for c in cands)
         raise RuntimeError(f"every compute microbenchmark failed for {precision}: {errors}")
     best = roof_candidate(device, cands)
     for i, c in enumerate(cands):
@@ -517,14 +548,16 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
         tried = f"best of {len(ok)} microbenchmarks ({n_gemm} GEMMs through torch.matmul, "
         tried += f"{n_conv} convolutions through {library})"
     else:
-        tried = f"best of {n_gemm} GEMMs through torch.matmul ({n_conv} convolutions "
-        tried += f"through {library} recorded, not eligible: ncu counts executed FLOPs)"
+        tried = f"best of {n_gemm} GEMMs through torch.matmul ({gemm_sweep.sweep_summary(cands)}; "
+        tried += f"{n_conv} convolutions through {library} recorded, not eligible: ncu counts "
+        tried += "executed FLOPs)"
     method = (
         f"{tried}, each at its best repeat after warm-up, "
         f"{timer}; {threads} thread(s); set by: {win['method']}"
+        + gemm_sweep.telemetry_text(win)
         + ("; QUICK mode: tiny sizes, not a real ceiling" if quick else "")
     )
-    return {
+    roof = {
         "kind": "compute",
         "precision": precision,
         "source": "measured",
@@ -536,160 +569,6 @@ def measure_compute(device: str, precision: str, *, quick: bool = False, threads
         "candidates": cands,
         "times_s": win["times_s"],
     }
-
-
-def stream_array_bytes(
-    llc_bytes: int | None, ram_bytes: int | None, *, quick: bool = False
-) -> tuple[int, str]:
-    """Bytes per STREAM array: >= 4x the last-level cache (64 MiB if unknown), RAM permitting."""
-    if quick:
-        return 4 * MiB, "QUICK mode: 4 MiB arrays (cache-resident, not a DRAM roof)"
-    if llc_bytes:
-        want, why = 4 * int(llc_bytes), f"4x the last-level cache ({llc_bytes / MiB:g} MiB)"
-    else:
-        want, why = 64 * MiB, "64 MiB (last-level cache size unknown)"
-    want = max(want, 64 * MiB) if llc_bytes else want
-    if ram_bytes and 3 * want > ram_bytes // 4:
-        want = ram_bytes // 12
-        why += f", capped at a quarter of RAM for 3 arrays ({want / MiB:.0f} MiB)"
-    return int(want), why
-
-
-def bench_stream(
-    device: str,
-    array_bytes: int,
-    *,
-    reps: int = 10,
-    min_reps: int = 3,
-    time_cap_s: float = 4.0,
-    min_warmup_s: float = 0.0,
-    min_repeat_s: float = 0.0,
-) -> dict:
-    """STREAM triad (a = b + s*c), scale (a = s*b) and copy (a = b) over float64 arrays;
-    bytes/s per call. On CUDA the copy is the driver's device-to-device copy and scale
-    a kernel on the SMs: one can outrun the other."""
-    import torch
-
-    from dnnroofline.stats import summarize
-
-    dtype = torch.float64 if device != "mps" else torch.float32  # MPS has no float64
-    item = torch.tensor([], dtype=dtype).element_size()
-    n = max(1, array_bytes // item)
-    a = torch.zeros(n, dtype=dtype, device=device)  # zeros: first touch outside the timing
-    b = torch.full((n,), 1.0, dtype=dtype, device=device)
-    c = torch.full((n,), 2.0, dtype=dtype, device=device)
-    s = 3.0
-    kernels = {
-        "triad": (lambda: torch.add(b, c, alpha=s, out=a), 3 * n * item),
-        "scale": (lambda: torch.mul(b, s, out=a), 2 * n * item),
-        "copy": (lambda: a.copy_(b), 2 * n * item),
-    }
-    out = {}
-    with torch.inference_mode():
-        for name, (fn, nbytes) in kernels.items():
-            times, inner = _time_repeats(
-                device,
-                fn,
-                warmup=1,
-                reps=reps,
-                min_reps=min_reps,
-                time_cap_s=time_cap_s,
-                min_warmup_s=min_warmup_s,
-                min_repeat_s=min_repeat_s,
-            )
-            stats = summarize(times)
-            out[name] = {
-                "bytes": nbytes,
-                "times_s": stats,
-                "bw_best": nbytes / stats["min"],
-                "bw_median": nbytes / stats["median"],
-                "reps": len(times),
-                "inner": inner,
-            }
-        # The triad's last value must be b + s*c = 1 + 3*2 (after the copy a == b == 1).
-        torch.add(b, c, alpha=s, out=a)
-        if float(a[0]) != 7.0 or float(a[-1]) != 7.0:
-            raise RuntimeError("STREAM triad check failed: a != b + s*c")
-    return {
-        "dtype": str(dtype).replace("torch.", ""),
-        "elements": n,
-        "array_bytes": n * item,
-        **out,
-    }
-
-
-def measure_memory(
-    device: str,
-    *,
-    quick: bool = False,
-    llc_bytes: int | None = None,
-    ram_bytes: int | None = None,
-    free_device_bytes: int | None = None,
-    threads: int = 1,
-) -> list[dict]:
-    """Measured memory roofs: STREAM triad, scale and copy (CPU, MPS; on CUDA the copy is
-    the driver's device-to-device copy)."""
-    if device == "cpu":
-        array_bytes, why = stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
-    elif device == "cuda":
-        array_bytes = 64 * MiB if quick else 1024 * MiB
-        if free_device_bytes:
-            array_bytes = min(array_bytes, free_device_bytes // 8)
-        why = "device arrays far larger than L2" if not quick else "QUICK mode: 64 MiB arrays"
-    else:
-        array_bytes = 16 * MiB if quick else 512 * MiB
-        why = "QUICK mode" if quick else "512 MiB arrays"
-    gpu = device == "cuda" and not quick
-    res = bench_stream(
-        device,
-        array_bytes,
-        reps=3 if quick else 20,
-        min_reps=2 if quick else 3,
-        time_cap_s=1.0 if quick else 3.0,
-        min_warmup_s=GPU_MIN_WARMUP_S if gpu else 0.0,
-        min_repeat_s=GPU_MIN_REPEAT_S if gpu else 0.0,
-    )
-    timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
-    mib = res["array_bytes"] / MiB
-    size = f"{res['elements']:,} {res['dtype']} elements ({mib:.0f} MiB) per array"
-    common = (
-        f"{size}: {why}; best of {{reps}} repeats of {{inner}} call(s) after a warm-up "
-        f"(STREAM convention), {timer}"
-    )
-    if device == "cpu":
-        common += f"; {threads} thread(s)"
-    roofs = []
-    for name, desc in (
-        (
-            "triad",
-            "STREAM triad a = b + s*c via torch.add(b, c, alpha=s, out=a); bytes = 3 arrays "
-            "(read b, read c, write a; write-allocate not counted)",
-        ),
-        (
-            "scale",
-            "STREAM scale a = s*b via torch.mul(b, s, out=a)"
-            + (" (a kernel on the SMs)" if device == "cuda" else "")
-            + "; bytes = read + write (2 arrays)",
-        ),
-        (
-            "copy",
-            ("device-to-device copy dst.copy_(src)" if device == "cuda" else "STREAM copy a = b")
-            + "; bytes = read + write (2 arrays)",
-        ),
-    ):
-        r = res[name]
-        roofs.append(
-            {
-                "kind": "memory",
-                "precision": None,
-                "source": "measured",
-                "value": r["bw_best"],
-                "method": f"{desc}; {common.format(reps=r['reps'], inner=r['inner'])}",
-                "benchmark": "d2d_copy" if (device == "cuda" and name == "copy") else name,
-                "statistic": "best",
-                "median": r["bw_median"],
-                "bytes_per_repeat": r["bytes"],
-                "times_s": r["times_s"],
-            }
-        )
-    return roofs
+    if "telemetry" in win:  # a GPU's: the clock and power its roof was measured at
+        roof.update(sm_clock_mhz=win["sm_clock_mhz"], power_w=win["power_w"])
+    return roof

@@ -8,7 +8,10 @@ GEMMs may set the roof (the study's FLOPs there are ncu's executed FLOPs, which 
 Winograd convolution's nominal rate overstates). Every candidate is recorded (method,
 times, FLOP/s) with the one that set the roof. GEMM inputs
 rotate among a few sets so that no run finds its operands in cache. On CUDA the
-kernels are timed with CUDA events; fp32 runs with TF32 off.
+kernels are timed with CUDA events; fp32 runs with TF32 off. On CUDA the GEMMs are a
+sweep (:mod:`dnnroofline.gemm_sweep`): squares 2048-16384 and transformer- and
+convolution-like shapes, each through cuBLAS and cuBLASLt, each with the SM clock and
+power NVML read during its timed repeats; one shape is not the machine's roof.
 
 Measured memory: on CPU a STREAM triad ``a = b + s*c`` (``torch.add(b, c,
 alpha=s, out=a)``, no temporaries) and a STREAM copy over float64 arrays of at
@@ -33,8 +36,9 @@ import time
 from collections.abc import Iterable, Mapping
 
 from dnnroofline import contention
-from dnnroofline.ceiling_kernels import measure_compute, measure_memory
+from dnnroofline.ceiling_kernels import measure_compute
 from dnnroofline.errors import InputError
+from dnnroofline.memory_kernels import measure_memory
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 KINDS = ("compute", "memory")

@@ -2,9 +2,11 @@
 
 Pure logic: the entry script (scripts/gpu_check.py) loads the study's files and
 passes them in. Rows: each measured roof against its datasheet peak, the counter
-self-test verdicts and the cases that decide them, and per roofline point the
+self-test verdicts and the cases that decide them, per roofline point the
 images/s, the analytic ÷ ncu FLOPs (useful ÷ executed FLOP/s over the same
-median step, so the ratio of the two counts) and what its ncu capture gave and cost.
+median step, so the ratio of the two counts) and what its ncu capture gave and cost;
+then the GEMM sweep behind the measured roofs (each candidate's shape, library, rate,
+SM clock and power) and the captured kernels that beat their class's measured roof.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
+from dnnroofline.kernels_above_roof import kernels_above_measured_roof
 from dnnroofline.point_inputs import ncu_stem
 
 
@@ -116,6 +119,76 @@ def point_rows(
     return rows
 
 
+def _reading(candidate: Mapping, key: str, unit: str) -> str:
+    value = candidate.get(key)
+    if isinstance(value, int | float):
+        return f"{value:.0f} {unit}"
+    if "telemetry" in candidate:
+        return f"n/a: {(candidate.get('telemetry') or {}).get('reason') or 'no NVML reading'}"
+    return "not recorded"
+
+
+def sweep_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
+    """[precision, GEMM MxNxK, library, rate, SM clock, power, roof] per GEMM candidate
+    of each measured compute roof, fastest first: what each GEMM of the sweep reached
+    and the clock and power it ran at (``not recorded`` in files from before the sweep)."""
+    rows = []
+    for roof in _roofs(ceilings, where):
+        if roof.get("kind") != "compute" or roof.get("source") != "measured":
+            continue
+        gemms = [c for c in roof.get("candidates") or [] if c.get("kind") == "gemm"]
+        for c in sorted(gemms, key=lambda c: -(c.get("flops_best") or 0.0)):
+            params = c.get("params") or {}
+            n = params.get("n")
+            m, k = params.get("m", n), params.get("k", n)
+            if c.get("status") == "unavailable":
+                rate = f"unavailable: {c.get('reason')}"
+            elif not isinstance(c.get("flops_best"), int | float):
+                rate = f"error: {c.get('error')}"
+            else:
+                rate = _fmt_rate(float(c["flops_best"]), "FLOP/s")
+            rows.append(
+                [
+                    str(roof.get("precision")),
+                    f"{m}x{n}x{k}",
+                    str(c.get("library") or "not recorded"),
+                    rate,
+                    _reading(c, "sm_clock_mhz", "MHz"),
+                    _reading(c, "power_w", "W"),
+                    "roof" if c.get("set_roof") else "",
+                ]
+            )
+    return rows
+
+
+def kernels_above_rows(
+    points: Sequence[Mapping], captures: Mapping[str, Mapping], ceilings: Mapping
+) -> list[list[str]]:
+    """[config, kernel, measured roof, kernel rate, above by] per captured kernel that
+    beats its class's measured roof; one ``none`` row per capture whose kernels do not."""
+    rows = []
+    for p in points:
+        stem = ncu_stem(p["env"], p["model"], p["precision"], p["batch_size"])
+        capture = captures.get(stem)
+        if not capture or capture.get("status", "ok") != "ok" or not capture.get("kernels"):
+            continue
+        config = f"{p['env']} {p['model']} {p['precision']} bs{int(p['batch_size'])}"
+        above = kernels_above_measured_roof(capture, ceilings, str(p["precision"]))
+        if not above:
+            rows.append([config, "none", "", "", ""])
+        for kernel in above:
+            rows.append(
+                [
+                    config,
+                    f"{kernel['id']}: {kernel['short_name']}",
+                    f"{kernel['roof_precision']} {_fmt_rate(kernel['roof'], 'FLOP/s')}",
+                    _fmt_rate(kernel["flops"], "FLOP/s"),
+                    f"{kernel['above_by']:.1%}",
+                ]
+            )
+    return rows
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -130,7 +203,27 @@ def summary_markdown(
     points: Sequence[Mapping],
     captures: Mapping[str, Mapping] | None = None,
 ) -> str:
-    """The whole summary: three tables under one heading."""
+    """The whole summary under one heading: the roofs, the self-test and the points, then
+    the GEMM sweep and the kernels above their measured roof where the files hold them."""
+    sweep = sweep_rows(ceilings)
+    above = kernels_above_rows(points, captures or {}, ceilings)
+    extra = []
+    if sweep:
+        extra += [
+            "## GEMM sweep: every candidate of the measured roofs, with its clock and power",
+            markdown_table(
+                ["precision", "GEMM MxNxK", "library", "rate", "SM clock", "power", "set"],
+                sweep,
+            ),
+        ]
+    if above:
+        extra += [
+            "## Kernels above their measured roof (that roof is too low)",
+            markdown_table(
+                ["config", "kernel", "measured roof", "kernel rate (ncu time)", "above by"],
+                above,
+            ),
+        ]
     return "\n\n".join(
         [
             f"# gpu-check: env {env} on {device}",
@@ -145,5 +238,6 @@ def summary_markdown(
                 ["config", "images/s", "AI (source)", "analytic ÷ ncu FLOPs", "ncu capture"],
                 point_rows(points, captures),
             ),
+            *extra,
         ]
     )

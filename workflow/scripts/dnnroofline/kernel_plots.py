@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
+from collections.abc import Mapping, Sequence
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
@@ -28,10 +30,9 @@ from dnnroofline.errors import InputError
 from dnnroofline.kernel_roofline import (
     CACHE_LEVELS,
     KERNEL_PATHS,
-    LEVEL_METRICS,
     LEVEL_NAMES,
     LEVELS,
-    NCU_DERIVED,
+    NCU_THEORETICAL,
     PATH_LABELS,
     TENSOR_PRECISIONS,
     HierarchicalPoint,
@@ -44,6 +45,7 @@ from dnnroofline.kernel_roofline import (
     marker_area,
     short_name,
 )
+from dnnroofline.kernels_above_roof import NAMED_ON_PLOT
 from dnnroofline.plots import (
     _RC,
     AXIS_X,
@@ -112,13 +114,24 @@ def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tupl
     return (xlo, xhi), (ylo, yhi)
 
 
+def _roof_name(level: str, source: str) -> str:
+    """A bandwidth roof's label: ncu's DRAM peak is the datasheet figure, said so."""
+    if source == NCU_THEORETICAL:
+        return f"{LEVEL_NAMES[level]} " + (
+            "datasheet figure (ncu: bus width x memory clock)"
+            if level == "dram"
+            else "ncu theoretical peak"
+        )
+    return f"{LEVEL_NAMES[level]} {source}"
+
+
 def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
     """Diagonal roofs ``(level, source, bandwidth, x_end)`` from the left edge, each
     labelled, the labels side by side across the diagonals and clear of ``obstacles``
     (place_memory_roof_labels): measured ones under their line, the others over it.
     Returns the boxes around the labels (points)."""
     xlo = ax.get_xlim()[0]
-    texts = [f"{LEVEL_NAMES[level]} {source}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
+    texts = [f"{_roof_name(level, source)}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
     diag = place_memory_roof_labels(
         ax,
         [
@@ -191,6 +204,28 @@ def _message(ax, text: str):
 # --------------------------------------------------------------------------- hierarchical
 
 
+def _unmeasurable_note(ax, level: str, reason: str, row: int, gid: str) -> None:
+    """A boxed remark in the lower right of the plot (below the compute roofs, right of
+    the diagonals, where no point of a step lies): this level has no point, and why."""
+    text = "\n".join(
+        textwrap.wrap(f"{LEVEL_NAMES[level]}: not measurable by counters. {reason}", 62)
+    )
+    ax.text(
+        0.985,
+        0.03 + 0.2 * row,
+        text,
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        multialignment="left",
+        fontsize=7,
+        color="0.15",
+        bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": LEVEL_COLORS[level]},
+        gid=gid,
+        zorder=6,
+    )
+
+
 def plot_hierarchical(
     point: HierarchicalPoint,
     roofs: Roofs,
@@ -212,7 +247,8 @@ def plot_hierarchical(
             "the roofline is never drawn against a guess"
         )
     top_peak = max(peaks.values())
-    mem = {lv: roofs.memory.get(lv, {}) for lv in LEVELS}
+    # a level no counter can measure gets no roof either: nothing to hold against it
+    mem = {lv: {} if lv in point.unmeasurable else roofs.memory.get(lv, {}) for lv in LEVELS}
     ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
     ais = [a for a in point.ai.values() if a is not None]
     ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
@@ -319,15 +355,22 @@ def plot_hierarchical(
                     n_above += 1
                     draw_above_roof_ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
 
+        for i, lv in enumerate(lv for lv in LEVELS if lv in point.unmeasurable):
+            _unmeasurable_note(ax, lv, point.unmeasurable[lv], i, _gid("unmeasurable", *tag, lv))
         level_items = [
             Line2D(
                 [],
                 [],
                 linestyle="none",
-                marker=LEVEL_MARKERS[lv],
+                marker=LEVEL_MARKERS[lv] if lv not in point.unmeasurable else "x",
                 color=LEVEL_COLORS[lv],
                 markeredgecolor="0.1",
-                label=f"{LEVEL_NAMES[lv]}: FLOPs / {LEVEL_METRICS[lv].removesuffix('.sum')}",
+                label=f"{LEVEL_NAMES[lv]}: "
+                + (
+                    "not measurable by counters"
+                    if lv in point.unmeasurable
+                    else f"FLOPs / {point.counters.get(lv, '?')}"
+                ),
             )
             for lv in LEVELS
         ]
@@ -335,14 +378,14 @@ def plot_hierarchical(
             Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
             for s in roofline.ROOF_SOURCES
         ]
-        if any(NCU_DERIVED in mem[lv] for lv in LEVELS):
+        if any(NCU_THEORETICAL in mem[lv] for lv in LEVELS):
             roof_items.append(
                 Line2D(
                     [],
                     [],
                     color="0.2",
-                    linestyle=LINESTYLES[NCU_DERIVED],
-                    label="ncu-derived (at the measured clock)",
+                    linestyle=LINESTYLES[NCU_THEORETICAL],
+                    label="ncu theoretical: peak/cycle x measured clock",
                 )
             )
         roof_items += [
@@ -351,14 +394,20 @@ def plot_hierarchical(
             if mem[lv]
         ]
         roof_items.append(Line2D([], [], color=precision_color(prec), linewidth=3, label=prec))
-        missing_roofs = [LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv]]
-        notes = [_note(text) for _key, text in sorted(roofs.notes.items())]
+        missing_roofs = [
+            LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv] and lv not in point.unmeasurable
+        ]
+        notes = [
+            _note(text)
+            for key, text in sorted(roofs.notes.items())
+            if key.split(":")[0] not in point.unmeasurable
+        ]
         if missing_roofs:
             notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
             notes.append(_note("  (no cache_roofs in ceilings.json)"))
         for lv in LEVELS:
-            if point.status == "ok" and point.bytes[lv] is None:
-                notes.append(_note(f"{LEVEL_NAMES[lv]}: no {LEVEL_METRICS[lv]} in the capture"))
+            if point.status == "ok" and point.bytes[lv] is None and lv not in point.unmeasurable:
+                notes.append(_note(f"{LEVEL_NAMES[lv]}: no {point.counters[lv]} in the capture"))
         notes.append(_note("counts: ncu (one step); time: timed runs' median"))
         if point.step_s:
             notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
@@ -378,6 +427,39 @@ def plot_hierarchical(
 
 # --------------------------------------------------------------------------- per kernel
 
+#: The ring of a kernel that beats its class's measured roof (that roof is too low).
+_BEATS_MEASURED_RING = dict(
+    linestyle="none",
+    marker="s",
+    markersize=13,
+    markerfacecolor="none",
+    markeredgecolor="darkorange",
+    markeredgewidth=1.6,
+)
+
+
+def _beats_measured_notes(beats: Sequence[Mapping]) -> list[Line2D]:
+    """Legend lines: the ring, the measured roof(s) beaten and the fastest kernels by name."""
+    if not beats:
+        return []
+    roofs = ", ".join(
+        f"{prec} {si(roof, 'FLOP/s')}"
+        for prec, roof in dict.fromkeys((k["roof_precision"], k["roof"]) for k in beats)
+    )
+    lines = [
+        Line2D(
+            [],
+            [],
+            label=f"{len(beats)} above the measured roof ({roofs}): roof too low",
+            **{**_BEATS_MEASURED_RING, "markersize": 9},
+        )
+    ]
+    for k in beats[:NAMED_ON_PLOT]:
+        lines.append(_note(f"  {short_name(k['name'], 34)}: {si(k['flops'], 'FLOP/s')}"))
+    if len(beats) > NAMED_ON_PLOT:
+        lines.append(_note(f"  and {len(beats) - NAMED_ON_PLOT} more (see the log)"))
+    return lines
+
 
 def plot_kernels(
     kset: KernelSet,
@@ -390,12 +472,16 @@ def plot_kernels(
     *,
     status: str = "ok",
     message: str | None = None,
+    above_measured: Sequence[Mapping] = (),
 ) -> dict:
     """Each kernel's DRAM AI against its FLOP/s (ncu FLOPs / ncu kernel time), marker
     area proportional to its share of kernel time, colour = the path of most of its
-    FLOPs; every compute roof of the env and the DRAM roofs.
+    FLOPs; every compute roof of the env and the DRAM roofs. ``above_measured``: the
+    kernels that beat their class's measured roof
+    (:func:`dnnroofline.kernels_above_roof.kernels_above_measured_roof`), ringed in
+    orange and the fastest named in the legend: that measured roof is too low.
 
-    Returns ``{"points", "skipped", "above_roof", "markersize": {gid: size}}``.
+    Returns ``{"points", "skipped", "above_roof", "above_measured", "markersize"}``.
     """
     pts = kset.points
     dram = roofs.memory["dram"]
@@ -411,6 +497,7 @@ def plot_kernels(
     (xlo, xhi), (ylo, yhi) = _limits(xs + ridges, ys)
     sizes: dict[str, float] = {}
     n_above = 0
+    beats = {k["index"] for k in above_measured}
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = _axes(fig, title, AXIS_Y_KERNEL, (xlo, xhi), (ylo, yhi))
@@ -449,9 +536,18 @@ def plot_kernels(
             if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
                 n_above += 1
                 draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+            if p.index in beats:
+                ax.plot(
+                    [p.ai],
+                    [p.flops_rate],
+                    gid=_gid("above-measured-roof", "kernel", p.index),
+                    zorder=6,
+                    **_BEATS_MEASURED_RING,
+                )
         spots = place_point_labels_pt(ax, kernel_markers, roof_label_boxes)
         for (x, y, marker), spot in zip(kernel_markers, spots, strict=True):
             draw_point_label(ax, x, y, marker, spot, fontsize=KERNEL_LABEL_PT, color="0.15")
+        drawn_beats = [k for k in above_measured if k["index"] in {p.index for p in pts}]
         if status != "ok":
             _message(ax, f"ncu capture {status}: {message or 'no message'}")
         elif not pts:
@@ -500,6 +596,7 @@ def plot_kernels(
         notes.append(_note("  (serialized, caches flushed)"))
         if n_above:
             notes.append(above_roof_handle())
+        notes += _beats_measured_notes(drawn_beats)
         sectioned_legend(
             ax,
             [
@@ -515,5 +612,6 @@ def plot_kernels(
         "points": len(pts),
         "skipped": len(kset.skipped),
         "above_roof": n_above,
+        "above_measured": len(drawn_beats),
         "markersize": sizes,
     }

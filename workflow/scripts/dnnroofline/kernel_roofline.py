@@ -5,8 +5,9 @@ Pure logic: parsed ncu JSONs, complexity JSONs, ceilings and the roofline points
 table in; numbers and HTML out (plots are drawn by :mod:`dnnroofline.kernel_plots`).
 
 * **Hierarchical roofline** of one (env, model, precision, batch): the step's ncu
-  FLOPs over its L1 (``l1tex__t_bytes``), L2 (``lts__t_bytes``) and DRAM
-  (``dram__bytes``) bytes give three arithmetic intensities of the same point.
+  FLOPs over its L1, L2 and DRAM bytes give three arithmetic intensities of the same
+  point; which counters give each level, and when L1 is not measurable at all (a
+  step made mostly of Hopper wgmma GEMMs): :mod:`dnnroofline.ncu_hierarchy`.
   Attained FLOP/s = ncu FLOPs per step / the *uninstrumented* median step time
   (``roofline_points.csv``): counts come from ncu, durations from the timed runs,
   since ncu serializes kernels and replays each one several times.
@@ -41,11 +42,12 @@ import pandas as pd
 
 from dnnroofline import roofline
 from dnnroofline.errors import InputError
+from dnnroofline.ncu import NCU_THEORETICAL
+from dnnroofline.ncu_hierarchy import step_levels
 
-#: Memory levels, innermost first, with the ncu counter each one's bytes come from.
+#: Memory levels, innermost first (their counters: dnnroofline.ncu_hierarchy).
 LEVELS = ("l1", "l2", "dram")
 LEVEL_NAMES = {"l1": "L1", "l2": "L2", "dram": "DRAM"}
-LEVEL_METRICS = {"l1": "l1tex__t_bytes.sum", "l2": "lts__t_bytes.sum", "dram": "dram__bytes.sum"}
 CACHE_LEVELS = ("l1", "l2")
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 TENSOR_PRECISIONS = ("tf32", "amp", "bf16")
@@ -145,14 +147,11 @@ def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     return Roofs(compute, memory)
 
 
-#: Source name of the memory roofs an ncu capture gives itself (step pass):
-#: ``<level>.peak_sustained`` x that unit's clock as measured in the same capture.
-NCU_DERIVED = "ncu-derived"
-
-
 def with_ncu_memory_roofs(roofs: Roofs, ncu: Mapping) -> Roofs:
     """``roofs`` plus the capture's own L1/L2/DRAM roofs (``memory_roofs`` of the parsed
-    ncu JSON) as source ``ncu-derived``; each one's note names its counters and clock."""
+    ncu JSON) as source ``ncu-theoretical``; each one's note names its counters and
+    clock. They are theoretical peaks, not measurements: ncu's DRAM peak is the
+    datasheet figure (bus width x memory clock)."""
     memory = {lv: dict(v) for lv, v in roofs.memory.items()}
     notes = dict(roofs.notes)
     for level, r in (ncu.get("memory_roofs") or {}).items():
@@ -161,18 +160,22 @@ def with_ncu_memory_roofs(roofs: Roofs, ncu: Mapping) -> Roofs:
         value = positive_number(r.get("bytes_per_s"))
         if value is None:
             continue
-        memory[level][NCU_DERIVED] = value
+        memory[level][NCU_THEORETICAL] = value
         clock = positive_number(r.get("clock_hz"))
-        notes[f"{level}:{NCU_DERIVED}"] = (
-            f"{level.upper()} roof: {' x '.join(r.get('metrics') or [])}"
+        what = "bus width x memory clock, the datasheet figure: " if level == "dram" else ""
+        # captures made before the chart's counters were collected say nothing (None)
+        not_chart = level != "dram" and not r.get("ncu_chart")
+        notes[f"{level}:{NCU_THEORETICAL}"] = (
+            f"{level.upper()} roof: {what}{' x '.join(r.get('metrics') or [])}"
             + (f" at {clock / 1e9:.3g} GHz (measured)" if clock else "")
+            + (" (not ncu's hierarchical-chart counter)" if not_chart else "")
         )
     return Roofs(dict(roofs.compute), memory, notes)
 
 
 def best(values: Mapping[str, float]) -> tuple[str, float] | None:
-    """The preferred (source, value): measured, then datasheet, then ncu-derived."""
-    for source in (*roofline.ROOF_SOURCES, NCU_DERIVED):
+    """The preferred (source, value): measured, then datasheet, then ncu-theoretical."""
+    for source in (*roofline.ROOF_SOURCES, NCU_THEORETICAL):
         if source in values:
             return source, values[source]
     return None
@@ -207,6 +210,10 @@ class HierarchicalPoint:
     step_s: float | None
     attained_flops: float | None
     notes: list[str]
+    #: which counters each level's bytes come from (dnnroofline.ncu_hierarchy)
+    counters: dict[str, str] = field(default_factory=dict)
+    #: levels no counter can measure, with the reason (drawn as such, never as a point)
+    unmeasurable: dict[str, str] = field(default_factory=dict)
 
     @property
     def plottable(self) -> bool:
@@ -241,20 +248,30 @@ def hierarchical_point(
 ) -> HierarchicalPoint:
     """AI at L1, L2 and DRAM (ncu FLOPs / that level's bytes) and attained FLOP/s.
 
-    A level whose byte counter is missing (null) or zero has AI None and is noted.
+    Each level's bytes come from the counters :func:`dnnroofline.ncu_hierarchy.step_levels`
+    picks. A level no counter can measure (L1 of a step made mostly of wgmma kernels)
+    has AI None and its reason in ``unmeasurable``; one whose counter is missing (null)
+    or zero has AI None and is noted.
     """
     status, message = ncu_status(ncu)
     notes: list[str] = []
     flop = positive_number(dig(ncu, "totals", "flop", "total")) if status == "ok" else None
-    nbytes = {lv: finite_number(dig(ncu, "totals", "bytes", lv)) for lv in LEVELS}
+    levels = step_levels(ncu)
+    nbytes = {lv: levels[lv].bytes for lv in LEVELS}
+    unmeasurable = {
+        lv: levels[lv].unmeasurable for lv in LEVELS if status == "ok" and levels[lv].unmeasurable
+    }
     ai: dict[str, float | None] = {}
     for lv in LEVELS:
         b = nbytes[lv]
-        if flop is None or b is None or b <= 0:
+        if lv in unmeasurable:
+            ai[lv] = None
+            notes.append(f"{LEVEL_NAMES[lv]}: not measurable by counters: {unmeasurable[lv]}")
+        elif flop is None or b is None or b <= 0:
             ai[lv] = None
             if status == "ok" and (b is None or b <= 0):
                 notes.append(
-                    f"{LEVEL_NAMES[lv]}: no bytes in the capture ({LEVEL_METRICS[lv]} "
+                    f"{LEVEL_NAMES[lv]}: no bytes in the capture ({levels[lv].counters} "
                     f"{'missing' if b is None else 'zero'})"
                 )
         else:
@@ -278,6 +295,8 @@ def hierarchical_point(
         step,
         attained,
         notes,
+        {lv: levels[lv].counters for lv in LEVELS},
+        unmeasurable,
     )
 
 
@@ -298,7 +317,14 @@ def hierarchical_roof_at(roofs: Roofs, precision: str, level: str, ai: float) ->
 
 
 def kernel_path(flop: Mapping) -> str | None:
-    """The path that did most of a kernel's FLOPs: tensor, fp32, fp16 or fp64."""
+    """The path that did most of a kernel's FLOPs: tensor, fp32, fp16 or fp64.
+
+    ``fp16`` is half-precision arithmetic only: the parser takes HFMA2.MMA moves and
+    HADD2.F32 widenings out of ``flop.fp16`` (:mod:`dnnroofline.ncu_fp16`), so a
+    batch-norm, pooling or elementwise kernel that merely moves or widens halves is
+    classed by its fp32 math, or has no FLOPs. A JSON parsed before that rule (no
+    ``flop_corrections`` key) still holds them: parse its CSV again.
+    """
     parts = {p: finite_number(flop.get(p)) or 0.0 for p in KERNEL_PATHS}
     top = max(KERNEL_PATHS, key=lambda p: parts[p])
     return top if parts[top] > 0 else None
