@@ -1,4 +1,4 @@
-"""The AI range: the per-layer traffic model, its LLC rule, the bound, and ncu against it."""
+"""The AI range: the per-op traffic model, the bound, and ncu against it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def mlp_table():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
     records = cx.trace_traffic(model, torch.randn(4, 64))
-    return records, cx.traffic_table(records, batch_size=8, probe=4)
+    return records, traffic.traffic_table(records, batch_size=8, probe=4)
 
 
 def test_trace_sees_layers_not_views(mlp_table):
@@ -43,7 +43,7 @@ def test_a_reshape_that_declares_no_alias_moves_nothing():
     model = nn.Sequential(nn.Linear(64, 32, bias=False))
     records = cx.trace_traffic(model, torch.randn(4, 5, 64))
     assert [r["op"] for r in records] == ["aten.mm.default"]
-    table = cx.traffic_table(records, batch_size=4, probe=4)
+    table = traffic.traffic_table(records, batch_size=4, probe=4)
     assert [row for row in table if row[1].startswith("act")] == [
         [4 * 5 * 32 * 4, "act", 1, 0, 1],  # the output: written once
         [4 * 5 * 32 * 4, "act_grad", 0, 1, 1],  # its gradient: read once
@@ -53,7 +53,9 @@ def test_a_reshape_that_declares_no_alias_moves_nothing():
 def test_frozen_weights_are_read_but_get_no_gradient():
     model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
     model[0].weight.requires_grad = False
-    table = cx.traffic_table(cx.trace_traffic(model, torch.randn(4, 64)), batch_size=4, probe=4)
+    table = traffic.traffic_table(
+        cx.trace_traffic(model, torch.randn(4, 64)), batch_size=4, probe=4
+    )
     # W1 is read in forward; its layer (the image and a frozen weight) has no backward
     assert [8192, "other", 1, 0, 1] in table and [1024, "input", 1, 0, 1] in table
     assert [row for row in table if row[1] == "param_grad"] == [[1280, "param_grad", 0, 1, 1]]
@@ -65,7 +67,8 @@ def test_table_counts_the_documented_accesses(mlp_table):
     # [bytes at batch 8, kind, forward accesses, backward accesses, how many tensors]
     assert table == [
         [320, "act", 1, 0, 1],  # logits: written in forward
-        [320, "act_grad", 0, 1, 1],  # their gradient: read by the last mm's backward
+        [320, "act_grad", 0, 2, 1],  # their gradient: read by both GEMMs of the last mm's
+        # backward (input and weight gradient); the first mm computes only W1's gradient
         [1024, "act", 2, 1, 2],  # hidden pre/post ReLU: written, read; saved input read
         [1024, "act_grad", 0, 2, 2],  # their gradients: written once, read once
         [1280, "param", 1, 1, 1],  # W2 (10x32): read in forward and for the input grad
@@ -76,44 +79,61 @@ def test_table_counts_the_documented_accesses(mlp_table):
     ]
 
 
-def test_layer_bytes_without_cache_and_with_llc(mlp_table):
+def test_layer_bytes_count_every_access(mlp_table):
     _, table = mlp_table
     fwd = 320 + 2 * (1024 * 2) + 1280 + 2048 + 8192
-    bwd = 320 + 2 * (1024 * 3) + 1280 * 2 + 2048 + 8192 * 2
-    assert traffic.layer_bytes(table, llc_bytes=None, phases=("forward",)) == fwd
-    assert traffic.layer_bytes(table, llc_bytes=None) == fwd + bwd
-    # an LLC that holds every tensor: each counted once per phase it appears in
-    fwd_once = 320 + 2 * 1024 + 1280 + 2048 + 8192
-    bwd_once = 320 + 2 * 1024 * 2 + 1280 * 2 + 2048 + 8192 * 2
-    assert traffic.layer_bytes(table, llc_bytes=1 << 20) == fwd_once + bwd_once
-    # 1 KiB: the 1024 B activations fit (the only tensors touched twice in a phase);
-    # 512 B: they do not, and every access counts again
-    assert traffic.layer_bytes(table, llc_bytes=1024) == fwd_once + bwd_once
-    assert traffic.layer_bytes(table, llc_bytes=512) == fwd + bwd
+    bwd = 320 * 2 + 2 * (1024 * 3) + 1280 * 2 + 2048 + 8192 * 2
+    assert traffic.layer_bytes(table, phases=("forward",)) == fwd
+    assert traffic.layer_bytes(table) == fwd + bwd
     # bf16: activations, their grads and the weight copy at 2 bytes; weight grads fp32
-    bf = traffic.layer_bytes(table, llc_bytes=None, precision="bf16")
+    bf = traffic.layer_bytes(table, precision="bf16")
     act = 320 * 1 + 2 * 1024 * 3  # bytes x accesses of the activations
-    act_grad = 320 * 1 + 2 * 1024 * 2
+    act_grad = 320 * 2 + 2 * 1024 * 2
     weights = 1280 * 2 + 8192 * 2
     assert bf == fwd + bwd - (act + act_grad + weights) // 2
 
 
+def test_conv_gradients_reread_the_output_gradient_and_max_pool_fills():
+    # conv1 (image, W1) -> relu -> max-pool -> conv2 (W2, bias), one 8x8 image scaled to 2
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1),
+    )
+    records = cx.trace_traffic(model, torch.randn(1, 3, 8, 8))
+    assert [r["op"] for r in records] == [
+        "aten.convolution.default",
+        "aten.relu.default",
+        "aten.max_pool2d_with_indices.default",
+        "aten.convolution.default",
+    ]
+    grads = [row for row in traffic.traffic_table(records, 2, 1) if row[1] == "act_grad"]
+    assert grads == [
+        [1024, "act_grad", 0, 2, 1],  # pooled: written by conv2's input gradient, read once
+        [1024, "act_grad", 0, 3, 1],  # conv2's output: read for the input, W2 and bias grads
+        [4096, "act_grad", 0, 2, 1],  # conv1's output: written by relu, read for W1's grad
+        [4096, "act_grad", 0, 3, 1],  # relu's output: max-pool zero-fills it, scatters, relu reads
+    ]
+
+
 def test_step_traffic_adds_optimizer_and_weight_copy():
     block = {"table": [[100, "act", 1, 1, 1]]}
-    assert traffic.step_traffic_bytes(block, 10, llc_bytes=None) == 200 + 20 * 10
-    assert traffic.step_traffic_bytes(block, 10, llc_bytes=None, precision="bf16") == 100 + 260
-    assert traffic.step_traffic_bytes(block, 10, llc_bytes=None, precision="amp") == 100 + 340
+    assert traffic.step_traffic_bytes(block, 10) == 200 + 20 * 10
+    assert traffic.step_traffic_bytes(block, 10, precision="bf16") == 100 + 260
+    assert traffic.step_traffic_bytes(block, 10, precision="amp") == 100 + 340
 
 
 def test_bad_tables_and_arguments_are_refused():
     with pytest.raises(InputError, match="row 0"):
         traffic.check_table([[1, "weights", 1, 1, 1]])
     with pytest.raises(InputError, match="expected a list"):
-        traffic.step_traffic_bytes({"table": None}, 1, llc_bytes=None)
+        traffic.step_traffic_bytes({"table": None}, 1)
     with pytest.raises(InputError, match="precision 'fp8'"):
-        traffic.layer_bytes([], llc_bytes=None, precision="fp8")
+        traffic.layer_bytes([], precision="fp8")
     with pytest.raises(InputError, match="phases"):
-        traffic.layer_bytes([], llc_bytes=None, phases=("optimizer",))
+        traffic.layer_bytes([], phases=("optimizer",))
 
 
 def test_bound_of_range_and_clamp():
@@ -136,13 +156,12 @@ def test_complexity_json_carries_the_traffic_table(resnet18_cifar):
     t = c["traffic"]
     assert t["method"] == traffic.METHOD and t["ops"] > 50
     traffic.check_table(t["table"])
-    no_cache = c["by_precision"]["fp32"]["traffic_bytes_no_cache"]
-    assert no_cache == traffic.step_traffic_bytes(t, c["params"], llc_bytes=None)
-    # the upper estimate sits above the true lower bound, and a cache only lowers it
-    assert no_cache > c["min_dram_bytes_per_step"]
-    llc = traffic.step_traffic_bytes(t, c["params"], llc_bytes=32 * 2**20)
-    assert c["min_dram_bytes_per_step"] <= llc < no_cache
-    assert c["by_precision"]["bf16"]["traffic_bytes_no_cache"] < no_cache
+    model = c["by_precision"]["fp32"]["traffic_bytes_per_step"]
+    assert model == traffic.step_traffic_bytes(t, c["params"])
+    assert model == traffic.complexity_traffic_bytes(c, "fp32")
+    # the upper estimate sits above the true lower bound
+    assert model > c["min_dram_bytes_per_step"]
+    assert c["by_precision"]["bf16"]["traffic_bytes_per_step"] < model
 
 
 def test_ncu_fixture_ai_against_the_forward_range(resnet18_cifar):
@@ -156,9 +175,8 @@ def test_ncu_fixture_ai_against_the_forward_range(resnet18_cifar):
     t = parse_ncu_csv(NCU / "nnperf_resnet18_cifar10_bs64_L4_details_scaled.csv")["totals"]
     ai_ncu = t["flop"]["total"] / t["bytes"]["dram"]
     assert ai_ncu == pytest.approx(6.9419, rel=1e-4)
-    lo, hi = traffic.forward_ai_range(resnet18_cifar, llc_bytes=None)  # no cache: widest
-    lo_l2, hi_l2 = traffic.forward_ai_range(resnet18_cifar, llc_bytes=48 * 10**6)  # L4's L2
-    assert hi == hi_l2 and lo < lo_l2 <= hi
+    lo, hi = traffic.forward_ai_range(resnet18_cifar)
+    assert lo < hi
     assert traffic.position(ai_ncu, lo, hi) == "below"
     assert 3 < lo / ai_ncu < 8  # ncu moved 3-8x the no-cache model's forward bytes
     # the FLOPs agree within 5%: the gap is in the bytes, not the count
@@ -199,20 +217,14 @@ def test_points_get_range_and_honest_bound():
         assert r["ai"] == r["ai_high"] == pytest.approx(100.0)
         assert r["ai_low"] == pytest.approx(1_000_000 / 40_200)
         assert r["bound"] == bound, ridge
-    # an LLC that holds the tensor counts it once per phase: a narrower range
-    pts = aggregate.roofline_points_frame(
-        metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, 1 << 20)}
-    )
-    assert pts.iloc[0]["ai_low"] == pytest.approx(1_000_000 / 40_200)  # counted once already
+    # every access counts, whatever the env's last-level cache: no measurement shows the
+    # reuse (on the H100 an L2-flushed replay moved what the step moved)
     comp["traffic"]["table"] = [[20_000, "act", 3, 2, 1]]
-    pts = aggregate.roofline_points_frame(
-        metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, 1 << 20)}
-    )
-    assert pts.iloc[0]["ai_low"] == pytest.approx(1_000_000 / 40_200)
-    pts = aggregate.roofline_points_frame(
-        metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, None)}
-    )
-    assert pts.iloc[0]["ai_low"] == pytest.approx(1_000_000 / 100_200)
+    for llc in (1 << 20, None):
+        pts = aggregate.roofline_points_frame(
+            metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, llc)}
+        )
+        assert pts.iloc[0]["ai_low"] == pytest.approx(1_000_000 / 100_200), llc
     # an old complexity JSON without a traffic table: no range, the old bound
     del comp["traffic"]
     pts = aggregate.roofline_points_frame(

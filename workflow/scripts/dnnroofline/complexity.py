@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -443,46 +442,6 @@ def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
     return records
 
 
-def traffic_table(records: Sequence[dict], batch_size: int, probe: int) -> list[list[int | str]]:
-    """The per-layer model's table (see :mod:`dnnroofline.traffic`) from traced op records.
-
-    Accesses per tensor: forward, one per op that reads or writes it; backward, per op
-    with a weight or activation input: saved activation inputs read, activation-input
-    gradients written, output gradients read, weights read and weight gradients
-    written. Bytes are scaled from ``probe`` images to ``batch_size`` (weights,
-    buffers and 0/1-dim tensors excepted; those are recorded at their own size).
-    """
-    size: dict[tuple[str, int], tuple[int, str, bool]] = {}
-    fwd: Counter[tuple[str, int]] = Counter()
-    bwd: Counter[tuple[str, int]] = Counter()
-    for rec in records:
-        for ptr, nbytes, kind, fixed in list(rec["inputs"]) + list(rec["outputs"]):
-            size.setdefault(("t", ptr), (nbytes, kind, fixed))
-            fwd[("t", ptr)] += 1
-        ins = rec["inputs"]
-        if not any(kind in ("param", "act") for _, _, kind, _ in ins):
-            continue  # buffer updates, integer bookkeeping, ops on the image alone
-        for ptr, nbytes, kind, fixed in ins:
-            if kind in ("act", "input", "other"):
-                bwd[("t", ptr)] += 1  # the saved input
-            if kind == "act":
-                size.setdefault(("g", ptr), (nbytes, "act_grad", fixed))
-                bwd[("g", ptr)] += 1  # input gradient written
-            if kind == "param":
-                bwd[("t", ptr)] += 1  # weight read (input gradient needs it)
-                size.setdefault(("w", ptr), (nbytes, "param_grad", True))
-                bwd[("w", ptr)] += 1  # weight gradient written
-        for ptr, nbytes, kind, fixed in rec["outputs"]:
-            if kind == "act":
-                size.setdefault(("g", ptr), (nbytes, "act_grad", fixed))
-                bwd[("g", ptr)] += 1  # output gradient read
-    rows: Counter[tuple[int, str, int, int]] = Counter()
-    for key, (nbytes, kind, fixed) in size.items():
-        b = nbytes if fixed else _scale(nbytes, batch_size, probe)
-        rows[(b, kind, fwd[key], bwd[key])] += 1
-    return [[b, kind, f, g, n] for (b, kind, f, g), n in sorted(rows.items())]
-
-
 def traffic_of_model(model: nn.Module, x: torch.Tensor, batch_size: int) -> dict:
     """The ``traffic`` block of the complexity JSON: method and table at ``batch_size``."""
     from dnnroofline import traffic as tr
@@ -491,7 +450,7 @@ def traffic_of_model(model: nn.Module, x: torch.Tensor, batch_size: int) -> dict
     return {
         "method": tr.METHOD,
         "ops": len(records),
-        "table": traffic_table(records, batch_size, int(x.shape[0])),
+        "table": tr.traffic_table(records, batch_size, int(x.shape[0])),
     }
 
 
@@ -587,8 +546,8 @@ def complexity_of_model(
     x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
     traffic = traffic_of_model(model, x, batch_size)
     for prec in PRECISIONS:
-        by_precision[prec]["traffic_bytes_no_cache"] = tr.step_traffic_bytes(
-            traffic, params, llc_bytes=None, precision=prec, trainable=trainable
+        by_precision[prec]["traffic_bytes_per_step"] = tr.step_traffic_bytes(
+            traffic, params, precision=prec, trainable=trainable
         )
     return {
         "schema_version": SCHEMA_VERSION,

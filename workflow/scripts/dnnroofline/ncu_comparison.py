@@ -1,19 +1,23 @@
 """The analytic-vs-ncu comparison page: the complexity model checked against Nsight Compute.
 
 For each ncu capture, ``flops.train_step`` of the complexity JSON against ncu's FLOP
-total, and the analytic minimum DRAM bytes against ncu's DRAM bytes, each as the ratio
-``analytic / ncu``, with an explanation generated from the numbers, and the counter
-self-test verdicts of each env. Numbers and HTML out (``write_ncu_comparison.py``).
+total, and the analytic minimum DRAM bytes and the per-op traffic model's bytes against
+ncu's DRAM bytes, each as the ratio ``analytic / ncu``, with an explanation generated
+from the numbers (the capture's kernels grouped by class where the model misses some),
+and the counter self-test verdicts of each env. The AI range is the point's own
+(:func:`dnnroofline.traffic.point_ai_range`, as in ``roofline_points.csv``). Numbers
+and HTML out (``write_ncu_comparison.py``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 
 from markupsafe import Markup
 
-from dnnroofline import traffic
+from dnnroofline import busy_share, traffic
 from dnnroofline.kernel_roofline import (
     PRECISIONS,
     TENSOR_PRECISIONS,
@@ -23,6 +27,7 @@ from dnnroofline.kernel_roofline import (
     ncu_status,
     positive_number,
 )
+from dnnroofline.kernels_above_roof import above_roof_html
 from dnnroofline.point_inputs import match_ncu_stems, ncu_stem
 from dnnroofline.report.format import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time, sig
 from dnnroofline.report.render import esc, page, table
@@ -32,6 +37,23 @@ RATIO_RANGE = (0.5, 2.0)
 #: |ratio - 1| up to this is "agrees".
 AGREE_TOL = 0.10
 PAGE_TITLE = "Nsight Compute vs the analytic model"
+#: Kernel classes by name, first match wins. Winograd's batched GEMM has a plain GEMM's
+#: name: :func:`bytes_by_kernel_class` places it by its neighbours.
+KERNEL_CLASSES = (
+    ("layout transform", re.compile(r"nhwcToNchw|nchwToNhwc|AddPadding")),
+    ("FFT/Winograd convolution", re.compile(r"fft2d_|flip_filter|winograd|gemm_cf32|cgemm")),
+    (
+        "convolution/GEMM",
+        re.compile(r"xmma|nvjet|cutlass|gemm|implicit|dgrad|wgrad|convolve|scalePackedTensor"),
+    ),
+    ("batch norm", re.compile(r"batch_?norm", re.IGNORECASE)),
+    ("pooling", re.compile(r"pool")),
+    ("optimizer", re.compile(r"multi_tensor_apply")),
+    ("fill", re.compile(r"FillFunctor")),
+)
+OTHER_CLASS = "elementwise and other"
+#: Classes whose traffic the per-op model does not have (the backend picks them at run time).
+UNMODELLED_CLASSES = ("layout transform", "FFT/Winograd convolution")
 
 
 def key_ncu_files(
@@ -50,6 +72,34 @@ def analytic_bytes(complexity: Mapping, precision: str) -> float | None:
     """Minimum DRAM bytes per step for the precision (top-level fp32 value as fallback)."""
     v = positive_number(dig(complexity, "by_precision", precision, "min_dram_bytes_per_step"))
     return v if v is not None else positive_number(complexity.get("min_dram_bytes_per_step"))
+
+
+def kernel_class(name: str) -> str:
+    """The class of a kernel, from its name (:data:`KERNEL_CLASSES`)."""
+    for cls, pattern in KERNEL_CLASSES:
+        if pattern.search(name):
+            return cls
+    return OTHER_CLASS
+
+
+def bytes_by_kernel_class(doc: Mapping) -> dict[str, tuple[int, float]]:
+    """``{class: (kernels, DRAM bytes)}`` over a parsed capture's kernels (the kernel
+    pass's bytes; kernels without DRAM bytes count as kernels only). A GEMM launched
+    between Winograd's data/delta transforms and its output transform is Winograd's."""
+    out: dict[str, tuple[int, float]] = {}
+    in_winograd = False
+    for k in doc.get("kernels") or []:
+        name = str(k.get("name") or "")
+        cls = kernel_class(name)
+        if "winogradWgradOutput" in name:
+            in_winograd = False
+        elif "winograd" in name:
+            in_winograd = True
+        elif in_winograd and cls == "convolution/GEMM":
+            cls = "FFT/Winograd convolution"
+        n, b = out.get(cls, (0, 0.0))
+        out[cls] = (n + 1, b + (finite_number(dig(k, "bytes", "dram")) or 0.0))
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -152,26 +202,42 @@ def explain_flops(row: Mapping) -> list[str]:
 
 
 def explain_ai_range(row: Mapping) -> list[str]:
-    """The ncu AI against the analytic AI range (per-layer model without cache .. minimum)."""
+    """The ncu AI against the point's analytic AI range (per-op model .. minimum bytes),
+    and, where ncu moved more than the model, the kernels the model does not have."""
     ai, lo, hi = row.get("ncu_ai"), row.get("analytic_ai_low"), row.get("analytic_ai_high")
     if not (ai and lo and hi):
         return []
     where = traffic.position(ai, min(lo, hi), hi)
     text = (
-        f"ncu AI {ai:.3g} FLOP/B against the analytic range {lo:.3g} – {hi:.3g} FLOP/B "
-        "(train-step FLOPs over the per-layer traffic model with no cache, and over the "
-        f"minimum bytes): {where}."
+        f"ncu AI {ai:.3g} FLOP/B against the point's analytic range {lo:.3g} – {hi:.3g} "
+        "FLOP/B (train-step FLOPs over the per-op traffic model, every access counted, and "
+        f"over the minimum bytes): {where}."
     )
+    model, dram = row.get("analytic_traffic_bytes"), row.get("ncu_dram")
+    if model and dram:
+        text += f" The model's {fmt_bytes(model)} are {sig(model / dram)}x ncu's DRAM bytes."
     if where == "below":
-        text += (
-            " ncu saw more traffic than the per-layer model allows: kernels that re-read their "
-            "operands (implicit-GEMM convolutions tiling over a large input), workspaces"
-            + (
-                " and layout transforms (the step ran as it runs: no cache flushed)."
-                if row.get("bytes_pass") == "step"
-                else ", and caches flushed before each replayed kernel."
+        unmodelled = {c: v for c, v in (row.get("unmodelled_kernels") or {}).items() if v[1]}
+        moved = sum(b for _, b in unmodelled.values())
+        if moved and model and dram:
+            kinds = ", ".join(
+                f"{c} {fmt_bytes(b)} in {n} kernels" for c, (n, b) in unmodelled.items()
             )
-        )
+            text += (
+                f" Kernels the model does not have moved {fmt_bytes(moved)} ({kinds}): the "
+                "backend chose NCHW or FFT/Winograd convolution algorithms at run time; with "
+                f"those bytes the model is {sig((model + moved) / dram)}x ncu's."
+            )
+        else:
+            text += (
+                " ncu saw more traffic than the per-op model allows: kernels that re-read their "
+                "operands (implicit-GEMM convolutions tiling over a large input) and workspaces"
+                + (
+                    " (the step ran as it runs: no cache flushed)."
+                    if row.get("bytes_pass") == "step"
+                    else ", and caches flushed before each replayed kernel."
+                )
+            )
     elif where == "above":
         text += " ncu saw less traffic than the minimum: a partial capture (backward missing?)."
     return [text]
@@ -272,16 +338,31 @@ def comparison_rows(
             "bytes_pass": dig(doc, "provenance", "totals.bytes") if ok else None,
             "bytes_ratio": _ratio(a_bytes, dram),
             "ncu_kernels": int(totals.get("kernels") or 0) if ok else 0,
-            "ncu_kernel_time_s": positive_number(totals.get("time_s")) if ok else None,
+            # kernel time is the kernel pass's per-kernel sum; the step pass has only its
+            # range's duration (host gaps and ncu's own cost in it), which is no kernel time
+            "ncu_kernel_time_s": busy_share.ncu_kernel_time_s(doc) if ok else None,
+            "ncu_range_time_s": positive_number(totals.get("time_s"))
+            if ok and dig(doc, "provenance", "totals.time_s") == "step"
+            else None,
             "kernels_plotted": len(kset.points) if kset else 0,
             "kernels_skipped": len(kset.skipped) if kset else 0,
             "ncu_incomplete_flop": incomplete.get("flop.total"),
             "ncu_incomplete_dram": incomplete.get("bytes.dram"),
             "warnings": [str(w) for w in (doc.get("warnings") or [])] if ok else [],
         }
-        a_traffic = positive_number(dig(comp, "by_precision", precision, "traffic_bytes_no_cache"))
-        row["analytic_ai_low"] = a_flop / a_traffic if a_flop and a_traffic else None
-        row["analytic_ai_high"] = a_flop / a_bytes if a_flop and a_bytes else None
+        cwhere = f"results/complexity/{model}_bs{int(batch)}.json"
+        a_traffic = traffic.complexity_traffic_bytes(comp, precision, cwhere) if comp else None
+        row["analytic_traffic_bytes"] = a_traffic
+        row["traffic_ratio"] = _ratio(a_traffic, dram)
+        row["analytic_ai_low"] = row["analytic_ai_high"] = None
+        if a_flop and a_bytes:  # the point's own range (roofline_points.csv's)
+            lo, hi = traffic.point_ai_range(
+                comp, precision, flop=a_flop, min_bytes=a_bytes, where=cwhere
+            )
+            row["analytic_ai_low"] = lo if a_traffic else None
+            row["analytic_ai_high"] = hi
+        by_class = bytes_by_kernel_class(doc) if ok else {}
+        row["unmodelled_kernels"] = {c: by_class.get(c, (0, 0.0)) for c in UNMODELLED_CLASSES}
         row["ncu_ai"] = flop / dram if flop and dram else None
         if ok:
             row["flop_explanation"] = explain_flops(row)
@@ -396,7 +477,9 @@ def comparison_page(
         "<p>Per ncu capture of one training step: the analytic train-step FLOPs "
         "(<code>flops.train_step</code> of the complexity file: forward, backward and "
         f"optimizer, FMA = 2 FLOPs) against ncu's FLOP total, and the analytic minimum DRAM "
-        "bytes against ncu's DRAM bytes. Each ratio is <strong>analytic / ncu</strong>; one "
+        "bytes and the per-op traffic model's bytes (every access counted, no cache credit: "
+        "the two ends of the point's AI range) against ncu's DRAM bytes. Each ratio is "
+        "<strong>analytic / ncu</strong>; one "
         f"outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}] is flagged ⚠. The explanations are "
         "generated from each row's numbers.</p>"
     ]
@@ -458,6 +541,8 @@ def comparison_page(
         "analytic min DRAM bytes",
         "ncu DRAM bytes",
         "analytic / ncu",
+        "traffic model bytes",
+        "model / ncu",
         "kernels plotted / skipped",
     ]
     body_rows, classes = [], []
@@ -475,6 +560,8 @@ def comparison_page(
                 fmt_bytes(r["analytic_bytes"]),
                 fmt_bytes(r["ncu_dram"]),
                 _ratio_cell(r["bytes_ratio"]),
+                fmt_bytes(r["analytic_traffic_bytes"]),
+                _ratio_cell(r["traffic_ratio"]),
                 f"{r['kernels_plotted']} / {r['kernels_skipped']}" if r["status"] == "ok" else "–",
             ]
         )
@@ -484,7 +571,7 @@ def comparison_page(
         table(
             headers,
             body_rows,
-            num_cols=(3, 5, 6, 7, 8, 9, 10),
+            num_cols=(3, 5, 6, 7, 8, 9, 10, 11, 12),
             caption="Analytic vs ncu per training step (ratios: analytic / ncu)",
             row_classes=classes,
         )
@@ -500,8 +587,16 @@ def comparison_page(
             extra = []
             if r["ncu_kernel_time_s"] is not None:
                 extra.append(
-                    f"{r['ncu_kernels']} kernels, {fmt_time(r['ncu_kernel_time_s'])} of kernel "
-                    "time under ncu (serialized and replayed: not the step time)"
+                    f"{r['ncu_kernels']} kernels ran for {fmt_time(r['ncu_kernel_time_s'])} "
+                    "in the kernel pass (each alone, caches flushed: an upper bound on the "
+                    "step's kernel time; the point's kernel-busy share divides it by the "
+                    "timed step)"
+                )
+            if r["ncu_range_time_s"] is not None:
+                extra.append(
+                    f"the step pass's range lasted {fmt_time(r['ncu_range_time_s'])} "
+                    "(the instrumented step, host gaps and ncu's own cost included: not "
+                    "kernel time)"
                 )
             if r["ncu_flop"] and r["ncu_dram"]:
                 extra.append(f"ncu DRAM AI {fmt_ai(r['ncu_flop'] / r['ncu_dram'])}")
@@ -515,6 +610,8 @@ def comparison_page(
                 items.append(
                     "<strong>Parser warnings.</strong> " + esc(" | ".join(r["warnings"][:5]))
                 )
+            if r.get("kernels_above_measured") is not None:  # the env's ceilings were given
+                items.append(above_roof_html(r["kernels_above_measured"], r["precision"]))
         items.append(f"Source: <code>{esc(r['source'])}</code>")
         parts.append("<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>")
     return page(PAGE_TITLE, "\n".join(parts))
