@@ -42,6 +42,8 @@ rule roofline_points:
         ceilings=ceilings_files(),
         ncu=ncu_files(),
         perf=perf_files(),
+        # the kernel-busy share (host-bound steps) comes from a point's trace first
+        traces=trace_tables(),
     output:
         "results/roofline_points.csv",
     log:
@@ -52,7 +54,9 @@ rule roofline_points:
         script=entry_script("roofline_points.py"),
         ncu=optional_files_flag("ncu"),
         perf=optional_files_flag("perf"),
+        traces=optional_files_flag("traces"),
     shell:
         "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
-        "--ceilings {input.ceilings} {params.ncu} {params.perf} --out {output} > {log} 2>&1 "
+        "--ceilings {input.ceilings} {params.ncu} {params.perf} {params.traces} "
+        "--out {output} > {log} 2>&1 "
         "|| (tail -n 5 {log} >&2; exit 1)"

@@ -5,13 +5,15 @@
         --complexity results/complexity/*.json \
         --ceilings results/*/ceilings.json \
         [--ncu results/*/ncu/*.json] [--perf results/*/perf/*.json] \
-        --out results/roofline_points.csv
+        [--traces results/*/traces/*.ops.json] --out results/roofline_points.csv
 
 Complexity files are keyed by their ``arch`` and ``batch_size`` keys, ceilings
 files by their ``env`` key, and parsed ncu files by their name
 ``{env}_{model}_{precision}_bs{batch}.json``, matched against the groups in the
 metrics table (so underscores in env and model names are never split). An ncu
-file that matches no group is reported and ignored.
+file that matches no group is reported and ignored. Trace tables (``.ops.json``) give
+the kernel-busy share; one made before it was recorded (no ``busy`` block) has it
+computed from the trace beside it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from dnnroofline.aggregate import GROUP_KEYS, METRICS_DTYPES, roofline_points_frame
+from dnnroofline.busy_share import trace_summary
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.point_inputs import key_ceilings, key_complexity, match_ncu_stems
@@ -33,6 +36,20 @@ def read_metrics(path: str) -> pd.DataFrame:
         return pd.read_csv(path, dtype=METRICS_DTYPES)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{path}: cannot read metrics CSV: {exc}") from exc
+
+
+def trace_busy(table_path: str) -> dict | None:
+    """The ``busy`` block of a trace table; None for a failed trace job."""
+    doc = read_json(table_path)
+    if not isinstance(doc, dict) or doc.get("status") != "ok":
+        return None
+    if isinstance(doc.get("busy"), dict):
+        return doc["busy"]
+    trace = Path(table_path).with_name(Path(str((doc.get("trace") or {}).get("file"))).name)
+    if not trace.exists():  # copied in without its trace: no share from it
+        return None
+    cuda = "cuda" in ((doc.get("trace") or {}).get("activities") or [])
+    return trace_summary(read_json(str(trace)), cuda, str(trace))
 
 
 def build(args: argparse.Namespace) -> pd.DataFrame:
@@ -57,6 +74,9 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
             file=sys.stderr,
         )
     perf = {key: read_json(perf_by_stem[stem]) for stem, key in perf_matched.items()}
+    trace_by_stem = {Path(p).name.removesuffix(".ops.json"): p for p in args.traces}
+    trace_matched, _ = match_ncu_stems(trace_by_stem, groups)
+    traces = {key: trace_busy(trace_by_stem[stem]) for stem, key in trace_matched.items()}
     return roofline_points_frame(
         metrics,
         complexity,
@@ -66,6 +86,7 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
         ncu_sources=ncu_sources,
         perf=perf,
         perf_sources={key: perf_by_stem[stem] for stem, key in perf_matched.items()},
+        traces=traces,
     )
 
 
@@ -76,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceilings", nargs="+", required=True, help="ceilings JSON files")
     ap.add_argument("--ncu", nargs="*", default=[], help="parsed ncu JSON files (GPU envs)")
     ap.add_argument("--perf", nargs="*", default=[], help="perf counter JSON files (CPU envs)")
+    ap.add_argument("--traces", nargs="*", default=[], help="trace tables (*.ops.json)")
     ap.add_argument("--out", required=True, help="roofline points CSV to write")
     args = ap.parse_args(argv)
     try:

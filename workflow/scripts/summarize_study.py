@@ -4,7 +4,8 @@
         [--points results/roofline_points.csv]
 
 The rows of the report's "At a glance" table: images/s, GFLOP/s, AI and its source,
-bound, share of the roof and what would move the point. Exit 2 when a table cannot
+bound (``host (busy N%)`` where the device idles much of the step, with its kernel-busy
+share), share of the roof and what would move the point. Exit 2 when a table cannot
 be read.
 """
 

@@ -29,9 +29,9 @@ FLOPs and bytes per step:
 
 AI range (``ai_low``, ``ai_high``), from the complexity JSON whatever the source:
 ``ai_high`` = FLOPs / minimum DRAM bytes (a true lower bound on traffic, so an upper
-bound on AI), ``ai_low`` = FLOPs / the per-layer traffic model's upper estimate
-(:mod:`dnnroofline.traffic`), with the env's last-level cache from its ceilings
-(``llc_bytes``; unknown: every access counted). For an ``analytic`` point ``ai`` is
+bound on AI), ``ai_low`` = FLOPs / the per-op traffic model's upper estimate
+(:mod:`dnnroofline.traffic`; every access counted: no measurement shows cache reuse,
+on a GPU or a CPU). For an ``analytic`` point ``ai`` is
 ``ai_high`` (the plotted value, as before) and ``bound`` is ``memory`` or ``compute``
 only when the whole range is on one side of the ridge, else ``inconclusive``. A
 measured point (``ncu``, ``perf``) keeps its own AI and bound, with the analytic range
@@ -61,7 +61,7 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
-from dnnroofline import roofline, traffic
+from dnnroofline import busy_share, roofline, traffic
 from dnnroofline.errors import InputError
 from dnnroofline.perf import PERF_PRECISIONS
 from dnnroofline.point_inputs import (
@@ -156,6 +156,10 @@ POINTS_COLUMNS = [
     "ai_note",
     # issue 11: data-parallel processes; a point with nproc > 1 is one rank's
     "nproc",
+    # issue 26: where the step waits (dnnroofline.busy_share)
+    "kernel_busy_share",
+    "kernel_time_source",
+    "host_wait_cause",
 ]
 _POINTS_FLOAT = [
     "flop_per_step",
@@ -176,6 +180,7 @@ _POINTS_FLOAT = [
     "efficiency",
     "executed_flops",
     "useful_flops",
+    "kernel_busy_share",
 ]
 
 #: ``dtype=`` for ``pd.read_csv`` of the two tables: names stay strings.
@@ -196,6 +201,8 @@ POINTS_DTYPES = {
     "roof_source": "str",
     "bound": "str",
     "ai_note": "str",
+    "kernel_time_source": "str",
+    "host_wait_cause": "str",
 }
 
 _RUN_SUFFIX = re.compile(r"_run(\d+)$")
@@ -600,35 +607,19 @@ def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[fl
     )
 
 
-def analytic_ai_range(
-    complexity: Mapping | None, precision: str, llc_bytes: object
-) -> tuple[float, float]:
-    """``(ai_low, ai_high)`` of a complexity JSON at ``precision`` (NaN, NaN without one).
-
-    ``ai_high`` = train-step FLOPs / minimum DRAM bytes; ``ai_low`` = FLOPs / the
-    per-layer traffic model's estimate with a last-level cache of ``llc_bytes``.
-    """
+def analytic_ai_range(complexity: Mapping | None, precision: str) -> tuple[float, float]:
+    """``(ai_low, ai_high)`` of a complexity JSON at ``precision`` (NaN, NaN without one):
+    train-step FLOPs over the per-op traffic model's bytes and over the minimum bytes
+    (:func:`dnnroofline.traffic.point_ai_range`, the range the ncu page shows too)."""
     if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
         return math.nan, math.nan
-    block = complexity.get("traffic")
-    if not isinstance(block, Mapping):
+    if not isinstance(complexity.get("traffic"), Mapping):
         return math.nan, math.nan  # a complexity JSON from before the traffic model
     where = f"results/complexity/{complexity.get('arch')}_bs{complexity.get('batch_size')}.json"
     flop, min_bytes = analytic_counts(complexity, precision, where)
-    llc = int(llc_bytes) if isinstance(llc_bytes, (int, float)) and llc_bytes > 0 else None
-    try:
-        trainable = complexity.get("trainable_params")  # absent before frozen weights counted
-        high = traffic.step_traffic_bytes(
-            block,
-            int(complexity["params"]),
-            llc_bytes=llc,
-            precision=precision,
-            trainable=None if trainable is None else int(trainable),
-        )
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
-    lo, hi, _ = traffic.ai_range(flop, min_bytes, high)
-    return lo, hi
+    return traffic.point_ai_range(
+        complexity, precision, flop=flop, min_bytes=min_bytes, where=where
+    )
 
 
 def _peaks(
@@ -669,11 +660,14 @@ def roofline_points_frame(
     rel_tol: float = roofline.ABOVE_ROOF_RTOL,
     perf: Mapping[tuple[str, str, str, int], Mapping | None] | None = None,
     perf_sources: Mapping[tuple[str, str, str, int], str] | None = None,
+    traces: Mapping[tuple[str, str, str, int], Mapping | None] | None = None,
 ) -> pd.DataFrame:
     """One row per (env, model, precision, batch_size) with exactly :data:`POINTS_COLUMNS`.
 
     ``complexity`` is keyed by (model, batch_size), ``ceilings`` by env, ``ncu`` by
-    (env, model, precision, batch_size) (value None or absent: no ncu data).
+    (env, model, precision, batch_size) (value None or absent: no ncu data); ``traces``
+    likewise, each the ``busy`` block of a trace table (:func:`busy_share.trace_summary`),
+    which gives the kernel-busy share before ncu's kernel pass does (``host`` bound).
     ``*_sources`` name the files in error messages.
     """
     ncu = ncu or {}
@@ -720,10 +714,19 @@ def roofline_points_frame(
         p = roofline.evaluate_point(
             counts[0], counts[1], g["step_median_s"], compute.value, memory.value, rel_tol
         )
-        ai_low, ai_high = analytic_ai_range(comp, precision, ceilings[env].get("llc_bytes"))
+        ai_low, ai_high = analytic_ai_range(comp, precision)
         bound = p.bound
         if ai_source == "analytic" and math.isfinite(ai_low):
             bound = traffic.bound_of_range(ai_low, ai_high, p.ridge_ai)
+        busy = busy_share.point_busy(
+            (traces or {}).get(key), ncu.get(key), g["step_median_s"], ncu_stem(*key)
+        )
+        bound = roofline.bound_with_busy_share(bound, busy.share)
+        row.update(
+            kernel_busy_share=busy.share,
+            kernel_time_source=busy.source,
+            host_wait_cause=busy.cause,
+        )
         roof_source = (
             compute.source
             if compute.source == memory.source

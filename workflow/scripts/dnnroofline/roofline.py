@@ -8,7 +8,9 @@ Definitions (README, "Method"):
 - attained performance  ``attained = flop_per_step / median_step_s`` (FLOP/s)
 - roof at an AI         ``roof = min(peak_flops, ai * peak_bw)``
 - ridge point           ``ridge_ai = peak_flops / peak_bw``
-- bound                 ``"memory"`` if ``ai < ridge_ai`` else ``"compute"``
+- bound                 ``"memory"`` if ``ai < ridge_ai`` else ``"compute"``; ``"host"``
+                        whatever the AI when the device is busy under
+                        :data:`HOST_BOUND_BELOW` of the step (:func:`bound_with_busy_share`)
 - efficiency            ``attained / roof`` (may exceed 1: see ``above_roof``)
 
 A point above its roof is a bug or a wrong peak. It is *flagged*
@@ -83,6 +85,29 @@ def bound(ai: float, peak_flops: float, peak_bw: float) -> str:
     """``"memory"`` left of the ridge point, ``"compute"`` at or right of it."""
     ai = check_positive("arithmetic intensity (FLOP/byte)", ai)
     return "memory" if ai < ridge_ai(peak_flops, peak_bw) else "compute"
+
+
+#: Kernel-busy share (device-busy time / step time) under which a step is ``host``-bound.
+#: The other H100 points read 0.92-1.06 from ncu's kernel pass (an upper bound:
+#: resnet18 fp32 reads 1.06, so it runs at least 6% high), and even a device-bound eager
+#: step leaves gaps between dependent kernels; resnet18 amp at batch 128 reads 0.65 (its
+#: fastest run 0.69). Below 0.75 the device is idle over a quarter of the step, more than
+#: either explains, and keeping it fed would speed the step by over 1/0.75 = 1.33x
+#: whatever its kernels' AI: the host is the lever.
+HOST_BOUND_BELOW = 0.75
+
+
+def bound_with_busy_share(
+    bound: str | None, busy_share: float, threshold: float = HOST_BOUND_BELOW
+) -> str | None:
+    """``"host"`` when the step's kernel-busy share is known and under ``threshold``, else
+    ``bound`` (the roofline's verdict on the kernels) unchanged."""
+    if isinstance(busy_share, (int, float)) and math.isfinite(busy_share):
+        if busy_share < 0:
+            raise InputError(f"kernel-busy share must be >= 0, got {busy_share!r}")
+        if busy_share < threshold:
+            return "host"
+    return bound
 
 
 def attained_flops(flop_per_step: float, median_step_s: float) -> float:

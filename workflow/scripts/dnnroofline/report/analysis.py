@@ -58,6 +58,7 @@ def summary(pts: pd.DataFrame) -> dict | None:
         "n": len(pts),
         "memory": int((pts["bound_"] == "memory").sum()),
         "compute": int((pts["bound_"] == "compute").sum()),
+        "host": int((pts["bound_"] == "host").sum()),
         "low": int((pts["eff"] < data.LOW_EFFICIENCY).sum()),
         "best": dict(best, label=data.label(best)) if best else None,
         "median_eff": under["eff"].median(),
@@ -97,6 +98,9 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
     moves: list[dict] = []
     if r["above"]:
         moves.append({"kind": "fix_numbers", "roof_source": r["roof_source"]})
+    if r["bound_"] == "host":  # the device waits on the host: no roof move helps first
+        share = r.get("kernel_busy_share")
+        moves.append({"kind": "host", "share": share, "cuda": dev == "cuda"})
     if r["bound_"] == "memory":
         same = pts[(pts["env"] == env) & (pts["model"] == model) & (pts["precision"] == prec)]
         same = same.sort_values("batch_size")
@@ -163,7 +167,8 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
             elif not low_prec and flags:
                 moves.append({"kind": "no_cpu_bf16"})
             moves.append({"kind": "cpu_kernels"})
-    if isnum(eff) and eff < data.LOW_EFFICIENCY:  # no roof explains it: the first lever
+    # no roof explains it: the first lever (a host-bound point has its own)
+    if isnum(eff) and eff < data.LOW_EFFICIENCY and r["bound_"] != "host":
         first = 1 if r["above"] else 0
         moves.insert(first, {"kind": "overheads", "eff": eff, "cuda": dev == "cuda"})
     wait = tp_row["data_wait_share"] if tp_row else None

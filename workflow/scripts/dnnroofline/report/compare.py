@@ -27,6 +27,10 @@ def short_lever(
     low_precision = precision in ("amp", "bf16")
     if data.to_bool(above):
         return "fix the numbers first: above its roof means a wrong peak or FLOP count"
+    if bound == "host":
+        if device == "cpu":
+            return "framework overhead, not a roof: larger batch, torch.compile"
+        return "keep the device fed: fewer host syncs, CUDA graphs or torch.compile, larger batch"
     if isnum(efficiency) and float(efficiency) < data.LOW_EFFICIENCY:
         return "overheads, not a roof: larger batch, torch.compile, fewer small kernels"
     if bound == "memory":

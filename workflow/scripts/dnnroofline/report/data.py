@@ -31,8 +31,19 @@ METRIC_COLUMNS = tuple(METRICS_COLUMNS)
 METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "device")
 
 POINT_COLUMNS = tuple(POINTS_COLUMNS)
-POINT_TEXT = ("env", "model", "precision", "ai_source", "roof_source", "bound", "ai_note")
-BOUNDS = ("memory", "compute", "inconclusive")
+POINT_TEXT = (
+    "env",
+    "model",
+    "precision",
+    "ai_source",
+    "roof_source",
+    "bound",
+    "ai_note",
+    "kernel_time_source",
+    "host_wait_cause",
+)
+#: ``host``: the device idles much of the step (dnnroofline.busy_share), whatever the AI
+BOUNDS = ("memory", "compute", "inconclusive", "host")
 
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
 #: this is flagged as noisy.

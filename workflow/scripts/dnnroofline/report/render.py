@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 
 from dnnroofline.report import data
 from dnnroofline.report.format import FILTERS, isnum
+from dnnroofline.roofline import HOST_BOUND_BELOW
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -38,6 +39,7 @@ ENV.globals.update(
     LOW_EFFICIENCY=data.LOW_EFFICIENCY,
     HIGH_EFFICIENCY=data.HIGH_EFFICIENCY,
     HIGH_DATA_WAIT=data.HIGH_DATA_WAIT,
+    HOST_BOUND_BELOW=HOST_BOUND_BELOW,
 )
 
 

@@ -39,6 +39,8 @@ def glance_rows(metrics: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, 
         noisy = NOISY if tp.get("noisy") else ""
         ai = f"{sig(r['ai'])} ({r['ai_source']})" if isnum(r["ai"]) else "–"
         bound = r["bound_"] or "–"
+        if bound == "host" and isnum(r.get("kernel_busy_share")):  # how idle the device was
+            bound += f" (busy {fmt_pct(r['kernel_busy_share'], 0)})"
         if r["above"]:
             bound += ", ABOVE ROOF"
         rows.append(
