@@ -19,9 +19,11 @@ rule trace:
         "results/{menv}/logs/traces/{menv}_{model}_{precision}_bs{batch}.log",
     benchmark:
         "results/{menv}/benchmarks/traces/{menv}_{model}_{precision}_bs{batch}.tsv"
+    wildcard_constraints:
+        menv=alternation(single_process_envs()),
     conda:
         "../envs/train.yaml"
-    threads: env_threads
+    threads: job_threads
     resources:
         **on_env_nodes(exclusive=True),
         measurement=1,
@@ -32,13 +34,28 @@ rule trace:
         steps=traces_settings.get("steps", 3),
         top=traces_settings.get("top", 15),
         declared_threads=env_threads,
+        trace_file=trace_file,
     shell:
         "python {params.script} {params.args} --warmup-iters {params.warmup} "
         "--steps {params.steps} --top {params.top} --env {wildcards.menv} "
         "--expect-threads {params.declared_threads} --env-info {input} "
         "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_trace "
-        "--trace-out {output.trace} --table-out {output.table} --csv-out {output.csv} "
+        "--trace-out {params.trace_file} --table-out {output.table} --csv-out {output.csv} "
         "> {log} 2>&1 || (tail -n 5 {log} >&2; exit 1)"
+
+
+# A data-parallel env's trace: its ranks launched as the timed runs launch them, every
+# rank traced into its own file in the folder (X.rank{i}.json), the table the slowest
+# rank's with each rank's communication time (dnnroofline.comm_trace).
+use rule trace as trace_data_parallel with:
+    output:
+        trace=directory(
+            "results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ranks"
+        ),
+        table="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.json",
+        csv="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.csv",
+    wildcard_constraints:
+        menv=alternation(data_parallel_envs()),
 
 
 # The traces' report page: per config the top-operators (and kernels) table, the

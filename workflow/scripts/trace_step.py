@@ -4,9 +4,11 @@
         --warmup-iters 3 --steps 3 --synthetic --trace-out t.json --table-out t.ops.json \
         --csv-out t.ops.csv
 
-Takes the driver's step flags (run_train.py's, but --steps for --iters). Exit 0 when the
-files were written (status ok, oom or error), 2 for bad arguments. The logic lives in
-``dnnroofline.traces``.
+Takes the driver's step flags (run_train.py's, but --steps for --iters). With --nproc N
+it launches N data-parallel ranks as run_train.py does, each tracing itself into
+``t.rank{i}.json`` for ``--trace-out t.json``; the table adds each rank's communication
+time. Exit 0 when the files were written (status ok, oom or error), 2 for bad arguments.
+The logic lives in ``dnnroofline.traces`` and ``dnnroofline.comm_trace``.
 """
 
 import os

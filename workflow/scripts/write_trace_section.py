@@ -4,8 +4,9 @@
     python workflow/scripts/write_trace_section.py --tables results/*/traces/*.ops.json \
         --metrics results/metrics.csv --out results/report_sections/traces.html
 
-Each table JSON is the trace job's; its trace file lies next to it. ``--metrics`` gives
-the timed runs' median step, to set the traced steps against.
+Each table JSON is the trace job's; its trace file lies next to it (a data-parallel job's
+rank traces in the folder that each rank's ``trace.path_from_table`` names). ``--metrics``
+gives the timed runs' median step, to set the traced steps against.
 """
 
 from __future__ import annotations

@@ -125,11 +125,17 @@ def _tail(text: str) -> str:
     return " | ".join(lines[-6:])[-_LOG_TAIL:]
 
 
-def _rank_entry(rank: int, pid: int | None, part: Mapping | None, exit_code: int | None) -> dict:
+def _rank_entry(
+    rank: int,
+    pid: int | None,
+    part: Mapping | None,
+    exit_code: int | None,
+    extra_keys: Sequence[str] = (),
+) -> dict:
     entry: dict[str, Any] = {"rank": rank, "pid": pid, "exit_code": exit_code}
     entry["status"] = part.get("status") if part else None
     entry["message"] = part.get("message") if part else None
-    for key in _RANK_KEYS:
+    for key in (*_RANK_KEYS, *extra_keys):
         entry[key] = part.get(key) if part else None
     return entry
 
@@ -174,6 +180,7 @@ def merge_records(
     exit_times: Sequence[float | None] | None = None,
     killed: set[int] | None = None,
     logs: Sequence[str] = (),
+    rank_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The run record of a data-parallel run from its ranks' records.
 
@@ -182,11 +189,12 @@ def merge_records(
     statistics and images/s = nproc x batch / its median step; the warm-up figures
     are the largest of any rank, ``max_rss_bytes`` the sum over ranks (the job's
     footprint) and ``peak_device_memory_bytes`` the largest (one device per rank).
+    ``rank_keys``: more keys of the ranks' records that each rank entry keeps.
     """
     nproc = len(parts)
     exit_times = list(exit_times or [None] * nproc)
     record = dict(base)
-    record["ranks"] = [_rank_entry(i, pids[i], parts[i], exits[i]) for i in range(nproc)]
+    record["ranks"] = [_rank_entry(i, pids[i], parts[i], exits[i], rank_keys) for i in range(nproc)]
     cause = failure_cause(parts, exits, exit_times, killed or set(), logs)
     if cause is not None:
         rank, status, message = cause
@@ -272,11 +280,14 @@ def launch(
     threads: int,
     say: Callable[[str], None],
     script: str | None = None,
+    rank_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``nproc`` ranks of the driver and return the merged run record.
 
     ``argv``: the launcher's own driver arguments; ``threads``: OMP_NUM_THREADS of
-    each rank. Raises InputError when a rank refuses its input (exit 2).
+    each rank; ``script``: the driver (run_train.py, or trace_step.py for a trace);
+    ``rank_keys``: see :func:`merge_records`. Raises InputError when a rank refuses
+    its input (exit 2).
     """
     script = script or str(Path(__file__).resolve().parents[1] / "run_train.py")
     t0 = time.monotonic()
@@ -344,6 +355,7 @@ def launch(
         exit_times=exit_times,
         killed=killed,
         logs=texts,
+        rank_keys=rank_keys,
     )
     record["wall_s"] = time.monotonic() - t0
     record["user_s"] = ru1.ru_utime - ru0.ru_utime
@@ -360,11 +372,18 @@ def _read_part(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def rank_main(resolved: Any, out: str, say: Callable[[str], None]) -> int:
+def rank_main(
+    resolved: Any,
+    out: str,
+    say: Callable[[str], None],
+    work: Callable[[Any, Callable[[str], None]], dict[str, Any]] | None = None,
+) -> int:
     """One rank: join the group, run as the single-process driver does, write the record.
 
-    Exit 0 when ok; a failed run writes its record and leaves at once (``os._exit``,
-    RANK_FAILED): its peers are blocked in a collective, and the launcher kills them.
+    ``work(resolved, say)`` makes the record: ``train.run`` (a timed run) unless given
+    (the trace job's traced step). Exit 0 when ok; a failed run writes its record and
+    leaves at once (``os._exit``, RANK_FAILED): its peers are blocked in a collective,
+    and the launcher kills them.
     """
     import torch.distributed as dist
 
@@ -372,13 +391,14 @@ def rank_main(resolved: Any, out: str, say: Callable[[str], None]) -> int:
     from dnnroofline.train import run
 
     cfg = resolved.cfg
+    work = work or run
     dist.init_process_group(
         dist_backend(resolved.backend),
         init_method=f"file://{cfg.dist_store}",
         rank=cfg.rank,
         world_size=cfg.nproc,
     )
-    record = run(resolved, progress=say)
+    record = work(resolved, say)
     record["rank"] = cfg.rank
     write_json_atomic(out, record)
     if record["status"] != "ok":

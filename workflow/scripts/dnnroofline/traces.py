@@ -137,13 +137,18 @@ def top_table(
 
 
 def table_csv(table: Mapping[str, Any]) -> str:
-    """The table as CSV text: one row per operator, then per kernel (``kind``)."""
+    """The table as CSV text: one row per operator, then per kernel (``kind``); in a
+    data-parallel trace then ``communication``: all collectives, then each one."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for kind, key in (("op", "ops"), ("kernel", "kernels")):
         for row in table.get(key) or []:
             writer.writerow({"kind": kind, **{c: row.get(c) for c in CSV_COLUMNS[1:]}})
+    from dnnroofline.comm_trace import communication_rows  # data-parallel traces only
+
+    for row in communication_rows(table.get("communication")):
+        writer.writerow({"kind": "communication", **{c: row.get(c) for c in CSV_COLUMNS[1:]}})
     return buf.getvalue()
 
 
@@ -244,12 +249,22 @@ def trace(
         "step_range": f"{STEP_PREFIX}N (forward, loss, backward, optimizer; not the batch fetch)",
         "note": "the traced steps ran under the profiler: their times are not a measurement",
     }
-    record["table"] = None
+    record["table"] = record["busy"] = None
     if record["status"] == "ok":
         traced_s = float(sum(record["step_time_s"]["all"]))
         rows = event_rows(tracer.prof.key_averages())
         record["table"] = top_table(rows, traced_s, steps, top, device=resolved.backend == "cuda")
+        record["busy"] = _busy(trace_out, resolved.backend == "cuda")
     return record
+
+
+def _busy(trace_out: str, cuda: bool) -> dict[str, Any]:
+    """The trace's kernel-busy time per step and what the idle device waited on
+    (:mod:`dnnroofline.busy_share`), read back from the trace just written."""
+    from dnnroofline.busy_share import trace_summary
+    from dnnroofline.io import read_json
+
+    return trace_summary(read_json(trace_out), cuda, trace_out)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -270,9 +285,18 @@ def arg_parser() -> argparse.ArgumentParser:
         help="steps traced after the warm-up (keep it small: the trace grows with it)",
     )
     p.add_argument("--top", type=int, default=DEFAULT_TOP, help="rows per table")
-    p.add_argument("--trace-out", required=True, help="Chrome trace JSON to write")
+    p.add_argument(
+        "--trace-out",
+        required=True,
+        help="Chrome trace JSON to write (X.json; with --nproc > 1 each rank i writes "
+        "X.rank{i}.json)",
+    )
     p.add_argument("--table-out", required=True, help="table JSON (with the run record)")
     p.add_argument("--csv-out", required=True, help="table CSV")
+    # set by the data-parallel launcher on each rank's command line (dnnroofline.ddp)
+    p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dist-store", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.set_defaults(profile_step=False)
     return p
 
@@ -281,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: 0 when the files were written (status ok, oom or error), 2 for bad input."""
     from dnnroofline.io import write_json_atomic, write_text_atomic
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = arg_parser().parse_args(argv)
     try:
         if args.iters < 1:
@@ -288,20 +313,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.top < 1:
             raise InputError(f"--top {args.top}: must be >= 1")
         cfg = train.config_from_args(args)
-        if cfg.nproc > 1:  # the trace profiles the step in this one process
-            raise InputError(
-                f"--nproc {cfg.nproc}: a trace profiles one process; data-parallel envs "
-                "are not traced (trace the env's nproc: 1 counterpart)"
-            )
         resolved = train.validate(cfg)
-        record = trace(resolved, args.trace_out, args.top)
+        if cfg.nproc > 1:  # every rank traced: dnnroofline.comm_trace
+            from dnnroofline import comm_trace, ddp
+
+            if cfg.rank is not None:  # one rank, started by the launcher below
+                return ddp.rank_main(
+                    resolved,
+                    args.out,
+                    train._stderr,
+                    lambda r, say: comm_trace.trace_rank(r, args.trace_out, args.top, say),
+                )
+            record = comm_trace.trace_data_parallel(
+                resolved, argv, args.trace_out, args.table_out, train._stderr
+            )
+        else:
+            record = trace(resolved, args.trace_out, args.top)
     except InputError as exc:
         print(f"trace_step.py: error: {exc}", file=sys.stderr)
         return 2
     write_text_atomic(args.csv_out, table_csv(record["table"] or {}))
     write_json_atomic(args.table_out, record)
     print(
-        f"[trace_step] wrote {args.trace_out} ({record['trace']['bytes']} bytes), "
+        f"[trace_step] wrote {record['trace']['file']} ({record['trace']['bytes']} bytes), "
         f"{args.table_out} (status {record['status']})",
         file=sys.stderr,
     )

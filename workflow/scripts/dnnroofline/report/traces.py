@@ -2,11 +2,12 @@
 
 Per (env, model, precision, batch): the traced steps against the untraced median of the
 timed runs (the profiler's own cost), the top operators (self time, share of the step,
-calls) and on GPUs the top kernels, and a link to the trace file.
+calls) and on GPUs the top kernels, and a link to the trace file. A data-parallel config
+has a trace per rank: each rank's communication time and share, the slowest rank's table.
 
 Written by its own rule (``trace_section``, not :data:`dnnroofline.report.SECTIONS`), so
-that the other sections never wait for the traces, and ``traces.enabled: false`` drops
-the page with them.
+that ``traces.enabled: false`` drops the page with them. (roofline_points.csv reads each
+trace's ``busy`` block, so with traces on, the points wait for them.)
 
 The link is a path relative to the page, not an embedded copy: a trace is MBs to tens of
 MBs, and ``snakemake --report`` would inline every one into report.html as base64. The
@@ -25,6 +26,7 @@ import pandas as pd
 
 from dnnroofline.report import data
 from dnnroofline.report.render import section
+from dnnroofline.roofline import HOST_BOUND_BELOW
 
 PERFETTO = "https://ui.perfetto.dev"
 
@@ -49,8 +51,7 @@ def entry(doc: Mapping[str, Any], table_path: str, out_dir: str, untraced: Mappi
         "precision": str(cfg.get("precision")),
         "batch_size": int(cfg.get("batch_size") or 0),
     }
-    # the trace lies next to its table, whatever folder the job ran from
-    trace_path = Path(table_path).parent / Path(str(trace.get("file", ""))).name
+    trace_path = located(trace, table_path)
     traced = (doc.get("step_time_s") or {}).get("median")
     base = untraced.get(tuple(row.values()))
     table = doc.get("table") or {}
@@ -71,7 +72,58 @@ def entry(doc: Mapping[str, Any], table_path: str, out_dir: str, untraced: Mappi
         kernels=table.get("kernels") or [],
         coverage=table.get("coverage") or {},
         distinct_ops=(table.get("distinct") or {}).get("ops", 0),
+        busy=busy_facts(doc.get("busy"), base),
+        communication=table.get("communication"),
+        traced_rank=doc.get("traced_rank"),
+        ranks=rank_rows(doc, table_path, out_dir),
     )
+
+
+def busy_facts(busy: Mapping[str, Any] | None, untraced_s: float | None) -> dict | None:
+    """The trace's busy time per step (dnnroofline.busy_share), the point's kernel-busy
+    share it gives (over the timed runs' median, as roofline_points.csv has it), and what
+    the idle device waited on; None for a trace without it."""
+    if not isinstance(busy, Mapping) or not isinstance(busy.get("busy_s_per_step"), float):
+        return None
+    per_step = busy["busy_s_per_step"]
+    share = per_step / untraced_s if untraced_s else None
+    return {
+        "cpu": busy.get("basis") == "trace_cpu_ops",
+        "per_step_s": per_step,
+        "share": share,
+        "host": share is not None and share < HOST_BOUND_BELOW,
+        "cause": busy.get("cause"),
+    }
+
+
+def located(trace: Mapping[str, Any], table_path: str) -> Path:
+    """A trace file from its table's folder, whatever folder the job ran from: by its
+    ``path_from_table`` (a data-parallel rank's, in the ranks' folder), else next to it."""
+    relative = trace.get("path_from_table") or Path(str(trace.get("file", ""))).name
+    return Path(table_path).parent / relative
+
+
+def rank_rows(doc: Mapping[str, Any], table_path: str, out_dir: str) -> list[dict]:
+    """Per rank of a data-parallel trace (none for one process): its traced median step,
+    its communication per step and share, and its trace file; the rank is the JSON's."""
+    rows = []
+    for r in doc.get("ranks") or []:
+        trace = r.get("trace") or {}
+        path = located(trace, table_path)
+        comm = (r.get("table") or {}).get("communication") or {}
+        rows.append(
+            {
+                "rank": r.get("rank"),
+                "status": r.get("status"),
+                "traced_median_s": (r.get("step_time_s") or {}).get("median"),
+                "comm_per_step_s": comm.get("per_step_s"),
+                "comm_share": comm.get("share_of_step"),
+                "trace_path": str(path),
+                "trace_href": os.path.relpath(path, out_dir),
+                "trace_bytes": trace.get("bytes"),
+            }
+        )
+    return rows
 
 
 def facts(
