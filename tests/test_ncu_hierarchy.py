@@ -70,10 +70,22 @@ def kernel_pass():
 
 @pytest.mark.parametrize("stem", HALF)
 def test_committed_half_precision_captures_have_no_l1_point(stem):
-    # Parsed before per-kernel wgmma counts existed: judged by the tensor share of a
-    # CC 9.0 capture (97-99% here). L2 (lts__t_bytes sees TMA's loads) and DRAM stay.
+    # Re-parsed with per-kernel wgmma counts: judged by the wgmma kernels' FLOP share.
+    # L2 (lts__t_bytes sees TMA's loads) and DRAM stay.
     p = point_of(committed(stem), stem)
     assert p.ai["l1"] is None and p.bytes["l1"] is None
+    assert "wgmma kernels: TMA fills shared memory" in p.unmeasurable["l1"]
+    assert p.ai["l2"] is not None and p.ai["dram"] is not None
+
+
+@pytest.mark.parametrize("stem", HALF)
+def test_a_capture_parsed_before_wgmma_counts_is_judged_by_its_tensor_share(stem):
+    # As the GPU run wrote them: no totals.wgmma. The tensor share of a CC 9.0 capture
+    # (97-99% here) stands in.
+    old = {**committed(stem)}
+    old["totals"] = {k: v for k, v in old["totals"].items() if k != "wgmma"}
+    p = point_of(old, stem)
+    assert p.ai["l1"] is None
     assert "tensor cores of a CC 9.0 GPU" in p.unmeasurable["l1"]
     assert "wgmma reads its operands there" in p.unmeasurable["l1"]
     assert 0 < p.ai["l2"] < p.ai["dram"]

@@ -232,12 +232,17 @@ def trace_summary(trace: Mapping[str, Any], cuda: bool, where: str = "trace") ->
             f"{outside:.0%} of the traced steps outside aten operators: framework overhead "
             "(Python, autograd engine, optimizer loop)"
         )
-    return {
+    summary = {
         "basis": "trace" if cuda else "trace_cpu_ops",
         "steps": len(steps),
         "busy_s_per_step": busy_us * _US / len(steps),
         "cause": cause or "no idle gap between device activities",
     }
+    if not cuda:
+        # The profiler slows host work, operators and overhead alike: a CPU share is
+        # taken within the traced steps, never against the untraced step.
+        summary["share_of_traced_step"] = busy_us / steps_us if steps_us > 0 else math.nan
+    return summary
 
 
 def ncu_kernel_time_s(ncu: Mapping | None) -> float | None:
@@ -274,6 +279,9 @@ def point_busy(
             raise InputError(
                 f"{where}: busy block needs basis and busy_s_per_step, got {trace_busy!r}"
             )
+        traced_share = trace_busy.get("share_of_traced_step")
+        if basis == "trace_cpu_ops" and isinstance(traced_share, (int, float)):
+            return BusyShare(float(traced_share), basis, trace_busy.get("cause"))
         return BusyShare(per_step / step_median_s, basis, trace_busy.get("cause"))
     kernel_s = ncu_kernel_time_s(ncu)
     if kernel_s is not None:
