@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ def kernel_csv_text(json_path: Path) -> str:
     if plain.exists():
         return read_text(plain)
     if packed.exists():
-        return gzip.decompress(packed.read_bytes()).decode("utf-8-sig", errors="replace")
+        return read_text(packed)
     raise InputError(f"{json_path}: no kernel-pass CSV beside it ({plain.name} or {packed.name})")
 
 

@@ -436,6 +436,16 @@ def kernel_points(ncu: Mapping) -> KernelSet:
     return KernelSet(points, skipped, total, reasons)
 
 
+def class_precision(path: str | None, precision: str) -> str | None:
+    """The ceilings precision whose measured roof a kernel of FLOP class ``path`` in a
+    ``precision`` run is held to; None for a class no microbenchmark measures."""
+    if path == "tensor":
+        return precision if precision in TENSOR_PRECISIONS else "tf32"
+    if path == "fp32":
+        return "fp32"
+    return None
+
+
 def kernel_roof_at(roofs: Roofs, ai: float, path: str | None, precision: str) -> float:
     """The roof a kernel is held to at ``ai``: the best compute peak of its FLOP path
     (CUDA-core fp32: the fp32 roofs; tensor cores: the run's tensor precision, tf32 for
@@ -444,8 +454,8 @@ def kernel_roof_at(roofs: Roofs, ai: float, path: str | None, precision: str) ->
 
     A kernel above it beats its own roof: a wrong peak or a bad counter.
     """
-    want = {"fp32": "fp32", "tensor": precision if precision in TENSOR_PRECISIONS else "tf32"}
-    own = [v for (prec, _), v in roofs.compute.items() if prec == want.get(path or "")]
+    want = class_precision(path, precision)
+    own = [v for (prec, _), v in roofs.compute.items() if want is not None and prec == want]
     peak = max(own) if own else max(roofs.compute.values())
     return min(peak, ai * max(roofs.memory["dram"].values()))
 

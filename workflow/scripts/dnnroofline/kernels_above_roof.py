@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from dnnroofline import roofline
 from dnnroofline.kernel_roofline import (
-    TENSOR_PRECISIONS,
+    class_precision,
     kernel_path,
     positive_number,
     short_name,
@@ -27,16 +27,6 @@ from dnnroofline.kernel_roofline import (
 
 #: At most this many kernels are named on the per-kernel plot (all are in the lists).
 NAMED_ON_PLOT = 3
-
-
-def class_precision(path: str | None, precision: str) -> str | None:
-    """The ceilings precision whose measured roof a kernel of FLOP class ``path`` in a
-    ``precision`` run is held to; None for a class no microbenchmark measures."""
-    if path == "tensor":
-        return precision if precision in TENSOR_PRECISIONS else "tf32"
-    if path == "fp32":
-        return "fp32"
-    return None
 
 
 def measured_roofs(ceilings: Mapping, where: str = "ceilings") -> dict[str, dict]:

@@ -40,6 +40,7 @@ file it is given.
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 import re
 from collections import Counter
@@ -625,8 +626,12 @@ def tensor_counter_gap(parsed: Mapping, requested: Sequence[str] = ()) -> list[s
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """The file as text: UTF-8 (a byte-order mark is dropped), undecodable bytes replaced."""
-    return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+    """The file as text: UTF-8 (a byte-order mark is dropped), undecodable bytes replaced;
+    a ``.gz`` file (as examples/ keep kernel-pass CSVs) is decompressed first."""
+    data = Path(path).read_bytes()
+    if str(path).endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8-sig", errors="replace")
 
 
 def parse_ncu_csv(path: str | os.PathLike, *, require_roofline_metrics: bool = False) -> dict:
