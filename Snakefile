@@ -10,8 +10,8 @@ min_version("9.19")
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from dnnroofline.errors import InputError
-from dnnroofline.schema import check_integers, schema_error_message
-from dnnroofline.study import check_config_files
+from dnnroofline.study.schema import check_integers, schema_error_message
+from dnnroofline.study.config import check_config_files
 
 
 configfile: "config/config.yaml"

@@ -4,7 +4,7 @@ Both run in one process on the same model architecture, batch, precision, thread
 SGD and synthetic on-device batch, interleaved A B, B A, A B, ... so that drift (turbo,
 other load) falls on both alike.
 
-(a) driver: ``dnnroofline.train.build`` + ``timed_loop`` (the code path of run_train.py);
+(a) driver: ``dnnroofline.measure.train.build`` + ``timed_loop`` (the code path of run_train.py);
     images/s = batch / median step, as the run JSON reports it (and batch * n / sum of
     steps, the like-for-like throughput).
 (b) bare:   ``time.perf_counter()`` around N steps of forward, loss, backward, SGD step,

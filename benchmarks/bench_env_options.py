@@ -138,7 +138,7 @@ def compile_table(opts: argparse.Namespace) -> None:
 def paired_table(opts: argparse.Namespace) -> None:
     """Eager and compiled steps of one model in one process, block after block: the
     speedup as a ratio taken side by side (drift and other users hit both alike)."""
-    from dnnroofline import train
+    from dnnroofline.measure import train
 
     print("| model | threads | eager step | compiled step | speedup (median of paired blocks; "
           "min–max) |")  # fmt: skip

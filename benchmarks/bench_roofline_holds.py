@@ -102,8 +102,8 @@ def main() -> int:
     ap.add_argument("--skip-study", action="store_true")
     args = ap.parse_args()
 
-    from dnnroofline.ceilings import build_ceilings, cpu_bf16_reason
-    from dnnroofline.study import detect_cpu_flags
+    from dnnroofline.measure.ceilings import build_ceilings, cpu_bf16_reason
+    from dnnroofline.study.config import detect_cpu_flags
 
     threads = os.cpu_count() or 1
     os.environ["OMP_NUM_THREADS"] = str(threads)

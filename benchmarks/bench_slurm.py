@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from workflow_helpers import TINY  # noqa: E402
 
-from dnnroofline.cluster import SACCT_FORMAT, parse_sacct  # noqa: E402
+from dnnroofline.study.cluster import SACCT_FORMAT, parse_sacct  # noqa: E402
 
 # the tests' tiny study, with two CPU envs, one per partition of the one node
 CONFIG = dict(

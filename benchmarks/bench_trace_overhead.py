@@ -3,8 +3,8 @@
 One process, one model (the driver's ``build``), rounds alternating A B, B A, ... so
 that drift (turbo, other load) falls on both alike:
 
-(a) untraced: ``dnnroofline.train.timed_loop``, as a timed run times its steps;
-(b) traced:   the same loop with the trace job's instrument (``dnnroofline.traces.Tracer``:
+(a) untraced: ``dnnroofline.measure.train.timed_loop``, as a timed run times its steps;
+(b) traced:   the same loop with the trace job's instrument (``dnnroofline.measure.traces.Tracer``:
     torch.profiler on, a ``ProfilerStep#N`` range per step), as the trace job runs it.
 
 Both sides warm up before every round. Reported: each side's median step over all its
@@ -31,8 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 
-from dnnroofline import traces, train  # noqa: E402
+from dnnroofline import train  # noqa: E402
 from dnnroofline.io import write_json_atomic  # noqa: E402
+from dnnroofline.measure import traces
 
 
 def traced_round(setup: train.Setup, warmup: int, steps: int, workdir: str) -> dict:

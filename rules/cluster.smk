@@ -1,12 +1,12 @@
 # Slurm: where each env's jobs go. profiles/slurm sets config cluster: slurm; the envs'
 # slurm blocks are then checked against sinfo before any job is submitted, and each
 # measurement job gets its env's partition, gres and constraint, and its node alone.
-# The logic lives in dnnroofline.cluster; this file only runs sinfo and wires it in.
+# The logic lives in dnnroofline.study.cluster; this file only runs sinfo and wires it in.
 import subprocess
 
 from snakemake.logging import logger
 
-from dnnroofline import cluster as slurm
+from dnnroofline.study.config import cluster as slurm
 
 
 def slurm_partitions():

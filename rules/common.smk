@@ -1,13 +1,13 @@
-# Config helpers and target functions. The study logic lives in dnnroofline.study.
+# Config helpers and target functions. The study logic lives in dnnroofline.study.config.
 import glob
 import json
 import os
 
 from snakemake.logging import logger
 
-from dnnroofline.envinfo import check_copied_env
+from dnnroofline.measure.envinfo import check_copied_env
 from dnnroofline.errors import InputError
-from dnnroofline.study import (
+from dnnroofline.study.config import (
     Study,
     alternation,
     detect_cpu_flags,
@@ -27,7 +27,7 @@ def check_custom_models(study):
     """A user's model entry must import, build an nn.Module and run forward at its size."""
     if not study.custom_models():
         return
-    from dnnroofline.models import check_factory
+    from dnnroofline.study.models import check_factory
 
     for spec in study.custom_models():
         check_factory(

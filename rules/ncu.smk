@@ -10,7 +10,7 @@ include: "ncu_common.smk"
 
 # The counter self-test: known GEMMs (one per study precision) and a known copy,
 # through the same two ncu passes as the study's captures. A precision whose
-# counters fail it gets the analytic AI, with the reason (dnnroofline.ncu_selftest).
+# counters fail it gets the analytic AI, with the reason (dnnroofline.ncu.selftest).
 rule ncu_selftest:
     input:
         ancient("results/{menv}/env_info.json"),

@@ -46,7 +46,7 @@ rule trace:
 
 # A data-parallel env's trace: its ranks launched as the timed runs launch them, every
 # rank traced into its own file in the folder (X.rank{i}.json), the table the slowest
-# rank's with each rank's communication time (dnnroofline.comm_trace).
+# rank's with each rank's communication time (dnnroofline.measure.comm_trace).
 use rule trace as trace_data_parallel with:
     output:
         trace=directory(

@@ -72,7 +72,7 @@ def detect() -> int:
 
 def summary(env: str = ENV) -> int:
     _package()
-    from dnnroofline.gpu_check import summary_markdown
+    from dnnroofline.report.gpu_summary import summary_markdown
 
     results = ROOT / "results"
     ceilings = json.loads((results / env / "ceilings.json").read_text())

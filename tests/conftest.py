@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from workflow_helpers import TINY, snakemake, write_config
 
-from dnnroofline.measurement_lock import PATH_ENV
+from dnnroofline.measure.measurement_lock import PATH_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline.aggregate import (
+from dnnroofline.aggregate.inputs import key_ceilings, key_complexity, match_ncu_stems
+from dnnroofline.aggregate.metrics import (
     METRICS_COLUMNS,
     METRICS_DTYPES,
     POINTS_COLUMNS,
@@ -22,7 +23,6 @@ from dnnroofline.aggregate import (
     roofline_points_frame,
 )
 from dnnroofline.errors import InputError
-from dnnroofline.point_inputs import key_ceilings, key_complexity, match_ncu_stems
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

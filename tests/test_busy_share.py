@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 import torch
 
-from dnnroofline import busy_share, roofline
-from dnnroofline.aggregate import METRICS_DTYPES, POINTS_DTYPES, roofline_points_frame
+from dnnroofline.aggregate.inputs import key_ceilings
+from dnnroofline.aggregate.metrics import METRICS_DTYPES, POINTS_DTYPES, roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.ncu_comparison import comparison_page, comparison_rows
-from dnnroofline.point_inputs import key_ceilings
+from dnnroofline.formatting import fmt_time
+from dnnroofline.model import busy_share, roofline
 from dnnroofline.report.compare import short_lever
-from dnnroofline.report.format import fmt_time
+from dnnroofline.report.ncu_comparison import comparison_page, comparison_rows
 from dnnroofline.report.terminal import study_summary
 
 ROOT = Path(__file__).resolve().parents[1]

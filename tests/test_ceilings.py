@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dnnroofline import ceiling_kernels as ck
-from dnnroofline import ceilings as cl
-from dnnroofline import memory_kernels as mk
-from dnnroofline import roofline
-from dnnroofline.envinfo import cpu_info
 from dnnroofline.errors import InputError
+from dnnroofline.measure import ceiling_kernels as ck
+from dnnroofline.measure import ceilings as cl
+from dnnroofline.measure import memory_kernels as mk
+from dnnroofline.measure.envinfo import cpu_info
+from dnnroofline.model import roofline
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "ceilings.py"
@@ -170,7 +170,7 @@ def test_quick_unsupported_precision_is_skipped_with_note(quick_ceilings):
 
 def test_bf16_is_skipped_through_the_flag_detection_on_a_cpu_without_it(monkeypatch):
     """Whatever this host has: its CPU facts are replaced by an AVX2-only CPU's."""
-    from dnnroofline import envinfo
+    from dnnroofline.measure import envinfo
 
     real = envinfo.cpu_info()
     monkeypatch.setattr(envinfo, "cpu_info", lambda: {**real, "flags_all": ["avx", "avx2", "fma"]})

@@ -1,4 +1,4 @@
-"""One study across a Slurm cluster (dnnroofline.cluster, rules/cluster.smk, profiles/slurm).
+"""One study across a Slurm cluster (dnnroofline.study.cluster, rules/cluster.smk, profiles/slurm).
 
 The first part checks the pure logic against sinfo text as real clusters print it. The
 second runs a real Slurm: scripts/local_slurm.sh starts a one-node cluster on localhost
@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from workflow_helpers import BIN, ROOT, snakemake, write_config
 
-from dnnroofline import cluster
 from dnnroofline.errors import InputError
-from dnnroofline.study import Study
+from dnnroofline.study import cluster
+from dnnroofline.study.config import Study
 
 # ---------------------------------------------------------------- pure logic
 
@@ -261,7 +261,7 @@ def slurm(tmp_path_factory):
 
 
 def sacct_jobs(workdir: Path | None = None) -> list[dict]:
-    """The cluster's jobs (those run from workdir), as dnnroofline.cluster.parse_sacct."""
+    """The cluster's jobs (those run from workdir), as dnnroofline.study.cluster.parse_sacct."""
     out = subprocess.run(
         ["sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-o", cluster.SACCT_FORMAT],
         env=dict(os.environ, SLURM_TIME_FORMAT="%s"),

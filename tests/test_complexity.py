@@ -1,4 +1,4 @@
-"""dnnroofline.complexity: FLOPs (not MACs) by layer type, bytes and the complexity CLI.
+"""dnnroofline.model.complexity: FLOPs (not MACs) by layer type, bytes and the complexity CLI.
 
 Checked against hand formulas per layer type, torchvision's published per-model MACs
 (``meta["_ops"]``, GMACs at 224x224, batch 1, available offline), torchvision's
@@ -20,9 +20,9 @@ import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from dnnroofline import complexity as cx
 from dnnroofline.errors import InputError
-from dnnroofline.flop_count import FlopCount, count_flops
+from dnnroofline.model import complexity as cx
+from dnnroofline.model.flop_count import FlopCount, count_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "complexity.py"

@@ -105,5 +105,5 @@ def test_rule_env_covers_its_imports(smk, rule, body):
 
 
 def test_import_walker_sees_transitive_imports():
-    # complexity.py -> dnnroofline.complexity -> fvcore: the walk must follow the package.
+    # complexity.py -> dnnroofline.model.complexity -> fvcore: the walk must follow the package.
     assert "fvcore" in third_party_imports(SCRIPTS / "complexity.py")

@@ -1,4 +1,4 @@
-"""Other processes' CPU use while measuring (dnnroofline.contention) and where it shows."""
+"""Other processes' CPU use while measuring (dnnroofline.measure.contention) and where it shows."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 from report_fixtures import make_metrics, make_points
 from test_aggregate import make_run
 
-from dnnroofline import aggregate, contention
-from dnnroofline.ceilings import contended_note
-from dnnroofline.contention import CpuSnapshot
+from dnnroofline.aggregate import metrics as aggregate
 from dnnroofline.errors import InputError
+from dnnroofline.measure import contention
+from dnnroofline.measure.ceilings import contended_note
+from dnnroofline.measure.contention import CpuSnapshot
 from dnnroofline.report import compare, data
 from dnnroofline.report.terminal import study_summary
 

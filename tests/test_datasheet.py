@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from dnnroofline import datasheet as ds
 from dnnroofline.errors import InputError
+from dnnroofline.study import datasheet as ds
 
 # torch / NVML device names -> datasheet row key
 NAMES = {

@@ -1,4 +1,4 @@
-"""Data-parallel runs (dnnroofline.ddp): 2 gloo processes of 1 thread each, for real.
+"""Data-parallel runs (dnnroofline.measure.ddp): 2 gloo processes of 1 thread each, for real.
 
 A tiny conv net (tests/data/models/tiny_models.py) at 8 px; ``rank_fault`` fails one
 rank on purpose (an exception, a SIGKILL, a hang) to check that the run records that
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline import ddp
 from dnnroofline.errors import InputError
+from dnnroofline.measure import ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "run_train.py"

@@ -1,4 +1,4 @@
-"""Traces of data-parallel steps (dnnroofline.comm_trace): every rank traced, and the
+"""Traces of data-parallel steps (dnnroofline.measure.comm_trace): every rank traced, and the
 step's communication time and share.
 
 The real job: 2 gloo processes of 1 thread each trace a tiny conv net at 8 px
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from workflow_helpers import snakemake, write_config
 
-from dnnroofline.comm_trace import (
+from dnnroofline.errors import InputError
+from dnnroofline.measure.comm_trace import (
     collective_of,
     communication,
     data_parallel_record,
     rank_trace_path,
 )
-from dnnroofline.errors import InputError
-from dnnroofline.traces import table_csv
+from dnnroofline.measure.traces import table_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

@@ -13,8 +13,8 @@ import psutil
 import pytest
 import torch
 
-from dnnroofline import envinfo
 from dnnroofline.errors import InputError
+from dnnroofline.measure import envinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "env_info.py"

@@ -55,7 +55,7 @@ from workflow_helpers import (
     write_config,
 )
 
-from dnnroofline.aggregate import metrics_frame, roofline_points_frame
+from dnnroofline.aggregate.metrics import metrics_frame, roofline_points_frame
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dnnroofline import ceiling_kernels as ck
-from dnnroofline import datasheet, gemm_sweep
-from dnnroofline.kernels_above_roof import (
+from dnnroofline.measure import ceiling_kernels as ck
+from dnnroofline.measure import gemm_sweep
+from dnnroofline.ncu.above_roof import (
     class_precision,
     kernels_above_measured_roof,
     summary_line,
 )
+from dnnroofline.study import datasheet
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100" / "results" / "h100"
@@ -352,8 +353,8 @@ def test_a_kernel_is_held_to_its_own_classs_measured_roof():
 def test_the_per_kernel_plot_rings_and_names_the_kernels_above_the_measured_roof(tmp_path):
     from xml.etree import ElementTree as ET
 
-    from dnnroofline.kernel_plots import plot_kernels
-    from dnnroofline.kernel_roofline import env_roofs, kernel_points
+    from dnnroofline.ncu.kernels import env_roofs, kernel_points
+    from dnnroofline.plots.kernels import plot_kernels
 
     ceilings, ncu = h100("ceilings.json"), h100("ncu/h100_resnet50_amp_bs256.json")
     above = kernels_above_measured_roof(ncu, ceilings, "amp")
@@ -375,7 +376,7 @@ def test_the_per_kernel_plot_rings_and_names_the_kernels_above_the_measured_roof
 
 
 def test_gpu_check_lists_every_sweep_candidate_with_its_clock_and_power(monkeypatch):
-    from dnnroofline.gpu_check import summary_markdown, sweep_rows
+    from dnnroofline.report.gpu_summary import summary_markdown, sweep_rows
 
     nvml = FakeNvml()
     FakeGpu(monkeypatch, nvml, {("bf16", 4096, 4096, 4096, "cublaslt"): (716.6, 1755, 699)})
@@ -395,7 +396,7 @@ def test_gpu_check_lists_every_sweep_candidate_with_its_clock_and_power(monkeypa
 
 
 def test_gpu_check_names_the_h100_kernels_above_the_measured_roof():
-    from dnnroofline.gpu_check import kernels_above_rows, summary_markdown, sweep_rows
+    from dnnroofline.report.gpu_summary import kernels_above_rows, summary_markdown, sweep_rows
 
     ceilings = h100("ceilings.json")
     point = {"env": "h100", "model": "resnet50", "precision": "amp", "batch_size": 256.0,

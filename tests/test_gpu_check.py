@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.gpu_check import (
+from dnnroofline.report.gpu_summary import (
     capture_cell,
     ceiling_rows,
     point_rows,

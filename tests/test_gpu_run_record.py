@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from dnnroofline import train
 from dnnroofline.errors import InputError
-from dnnroofline.nvml_sampler import (
+from dnnroofline.measure import train
+from dnnroofline.measure.nvml_sampler import (
     LIMITING_REASONS,
     NvmlSampler,
     decode_reasons,

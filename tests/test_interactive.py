@@ -1,4 +1,4 @@
-"""Interactive rooflines (dnnroofline.interactive) and the plot_interactive.py CLI."""
+"""Interactive rooflines (dnnroofline.plots.interactive) and the plot_interactive.py CLI."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline import interactive as it
-from dnnroofline import interactive_labels as chart_labels
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import parse_ncu_csv
+from dnnroofline.ncu.parse import parse_ncu_csv
+from dnnroofline.plots import interactive as it
+from dnnroofline.plots import interactive_labels as chart_labels
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "workflow" / "scripts" / "plot_interactive.py"

@@ -17,10 +17,8 @@ from workflow_helpers import job_counts, snakemake
 
 import plot_kernel_roofline as plot_cli
 import write_ncu_comparison as page_cli
-from dnnroofline import kernel_plots
 from dnnroofline.errors import InputError
-from dnnroofline.kernel_plots import plot_hierarchical, plot_kernels
-from dnnroofline.kernel_roofline import (
+from dnnroofline.ncu.kernels import (
     AREA_PER_SHARE,
     MIN_AREA,
     env_roofs,
@@ -30,8 +28,10 @@ from dnnroofline.kernel_roofline import (
     step_time,
     with_ncu_memory_roofs,
 )
-from dnnroofline.ncu import empty_result, parse_ncu_csv
-from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
+from dnnroofline.ncu.parse import empty_result, parse_ncu_csv
+from dnnroofline.plots import kernels as kernel_plots
+from dnnroofline.plots.kernels import plot_hierarchical, plot_kernels
+from dnnroofline.report.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"

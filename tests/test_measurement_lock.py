@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from dnnroofline.measurement_lock import HELD_ENV, PATH_ENV, lock_path
+from dnnroofline.measure.measurement_lock import HELD_ENV, PATH_ENV, lock_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -20,7 +20,7 @@ SCRIPTS = ROOT / "workflow" / "scripts"
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from dnnroofline.measurement_lock import measurement_lock
+    from dnnroofline.measure.measurement_lock import measurement_lock
     with measurement_lock("holder " + sys.argv[1]) as waited:
         print(f"held {time.time()} waited {waited:.2f}", flush=True)
         time.sleep(float(sys.argv[1]))
@@ -78,7 +78,7 @@ def test_processes_a_measurement_starts_share_its_lock(tmp_path):
     code = textwrap.dedent(
         """
         import subprocess, sys
-        from dnnroofline.measurement_lock import measurement_lock
+        from dnnroofline.measure.measurement_lock import measurement_lock
         with measurement_lock("parent"):
             child = subprocess.run([sys.executable, "-c", sys.argv[1]], capture_output=True,
                                    text=True, timeout=30)

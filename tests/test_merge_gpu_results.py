@@ -33,8 +33,8 @@ from workflow_helpers import (
     write_config,
 )
 
-from dnnroofline.ceilings import datasheet_roofs
-from dnnroofline.ncu import parse_ncu_csv
+from dnnroofline.measure.ceilings import datasheet_roofs
+from dnnroofline.ncu.parse import parse_ncu_csv
 
 pytestmark = pytest.mark.workflow
 

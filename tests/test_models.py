@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline.complexity import complexity
 from dnnroofline.errors import InputError
-from dnnroofline.models import check_factory, model_kwargs_arg
+from dnnroofline.model.complexity import complexity
+from dnnroofline.study.models import check_factory, model_kwargs_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "tests" / "data" / "models"

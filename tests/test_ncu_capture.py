@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline.ncu import parse_ncu_csv
-from dnnroofline.ncu_capture import TRUSTED, CaptureRequest, judge
-from dnnroofline.ncu_profile import Diagnosis, metrics_for_arch
+from dnnroofline.ncu.capture import TRUSTED, CaptureRequest, judge
+from dnnroofline.ncu.parse import parse_ncu_csv
+from dnnroofline.ncu.profile import Diagnosis, metrics_for_arch
 
 DATA = Path(__file__).resolve().parent / "data" / "ncu"
 KERNEL_CSV = DATA / "handmade_h100_raw_tensor.csv"  # FLOPs and tensor ops, per kernel

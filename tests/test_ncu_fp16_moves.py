@@ -1,4 +1,4 @@
-"""Half-precision instructions that do no arithmetic (dnnroofline.ncu_fp16), proven on
+"""Half-precision instructions that do no arithmetic (dnnroofline.ncu.fp16), proven on
 the five committed H100 kernel-pass captures: HFMA2.MMA register moves counted as HFMA
 and as tensor-pipe instructions, HADD2.F32 half-to-float widenings counted as HADD."""
 
@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline.kernel_roofline import kernel_points
-from dnnroofline.ncu import _read_table, parse_ncu_text
-from dnnroofline.ncu_fp16 import (
+from dnnroofline.ncu.fp16 import (
     CONVERSIONS,
     HADD_METRIC,
     HFMA_METRIC,
@@ -21,7 +19,9 @@ from dnnroofline.ncu_fp16 import (
     MOVES,
     non_arithmetic_half,
 )
-from dnnroofline.ncu_metrics import tensor_pipe_instructions
+from dnnroofline.ncu.kernels import kernel_points
+from dnnroofline.ncu.metrics import tensor_pipe_instructions
+from dnnroofline.ncu.parse import _read_table, parse_ncu_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NCU = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"

@@ -16,23 +16,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline.kernel_plots import plot_hierarchical
-from dnnroofline.kernel_roofline import (
+from dnnroofline.ncu.capture import _hierarchy_counters, section_files
+from dnnroofline.ncu.hierarchy import (
+    counters_for,
+    section_counters,
+    step_levels,
+    table_counters,
+)
+from dnnroofline.ncu.kernels import (
     NCU_THEORETICAL,
     env_roofs,
     hierarchical_point,
     step_time,
     with_ncu_memory_roofs,
 )
-from dnnroofline.ncu import parse_ncu_text
-from dnnroofline.ncu_capture import _hierarchy_counters, section_files
-from dnnroofline.ncu_hierarchy import (
-    counters_for,
-    section_counters,
-    step_levels,
-    table_counters,
-)
-from dnnroofline.ncu_profile import STEP_METRICS, combine_passes, step_metrics_for_arch
+from dnnroofline.ncu.parse import parse_ncu_text
+from dnnroofline.ncu.profile import STEP_METRICS, combine_passes, step_metrics_for_arch
+from dnnroofline.plots.kernels import plot_hierarchical
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100"

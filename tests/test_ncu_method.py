@@ -27,9 +27,9 @@ from test_ncu_profile import (
 )
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import parse_ncu_csv, tensor_counter_gap
-from dnnroofline.ncu_metrics import tensor_pipe_instructions
-from dnnroofline.ncu_profile import (
+from dnnroofline.ncu.metrics import tensor_pipe_instructions
+from dnnroofline.ncu.parse import parse_ncu_csv, tensor_counter_gap
+from dnnroofline.ncu.profile import (
     PASSES,
     STEP_METRICS,
     build_ncu_command,
@@ -37,7 +37,7 @@ from dnnroofline.ncu_profile import (
     metrics_for_arch,
     step_metrics_for_arch,
 )
-from dnnroofline.ncu_selftest import (
+from dnnroofline.ncu.selftest import (
     COPY_BYTES,
     GEMM_SIZE,
     PROGRESS_FILE,
@@ -131,7 +131,7 @@ def test_exact_command_line_of_the_kernel_pass():
 
 def test_step_metrics_add_ncus_hierarchical_counters_per_arch_and_refuse_pascal():
     # STEP_METRICS everywhere, plus the L1/L2 counters of ncu's hierarchical chart,
-    # whose L1 name depends on the architecture (dnnroofline.ncu_hierarchy)
+    # whose L1 name depends on the architecture (dnnroofline.ncu.hierarchy)
     for cc, l1 in (("7.0", ""), ("8.6", "_mem_lg"), ("10.0", "_mem_lgds")):
         m = step_metrics_for_arch(cc)
         assert m[: len(STEP_METRICS)] == list(STEP_METRICS)
@@ -522,14 +522,14 @@ def test_report_page_shows_the_selftest_and_which_counter_failed(tmp_path):
 def test_hierarchical_plot_draws_the_captures_own_l2_dram_roofs(tmp_path):
     from test_kernel_roofline import CEILINGS, svg_ids
 
-    from dnnroofline.kernel_plots import plot_hierarchical
-    from dnnroofline.kernel_roofline import (
+    from dnnroofline.ncu.kernels import (
         NCU_THEORETICAL,
         env_roofs,
         hierarchical_point,
         hierarchical_roof_at,
         with_ncu_memory_roofs,
     )
+    from dnnroofline.plots.kernels import plot_hierarchical
 
     ncu = {"status": "ok", **combine_passes(parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW))}
     roofs = with_ncu_memory_roofs(env_roofs(CEILINGS), ncu)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import parse_ncu_csv, parse_ncu_text
-from dnnroofline.ncu_metrics import parse_number, select_tensor_counters, unit_scale
+from dnnroofline.ncu.metrics import parse_number, select_tensor_counters, unit_scale
+from dnnroofline.ncu.parse import parse_ncu_csv, parse_ncu_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"
@@ -476,7 +476,7 @@ def test_cli_errors(tmp_path):
 #
 # Random kernels, metric values and units are written as a details or raw page,
 # parsed, and the totals compared with ones computed here from the integers the
-# CSV was made from. Nothing from dnnroofline.ncu is used to compute expectations.
+# CSV was made from. Nothing from dnnroofline.ncu.parse is used to compute expectations.
 
 BYTE_UNITS = [("byte", 0), ("B", 0), ("Kbyte", 3), ("KB", 3), ("Mbyte", 6), ("MB", 6), ("Gbyte", 9)]
 TIME_UNITS = [("nsecond", 0), ("ns", 0), ("usecond", 3), ("us", 3), ("msecond", 6), ("ms", 6)]
@@ -733,7 +733,7 @@ def test_pipeline_made_h100_resnet18_amp_step_totals():
     its columns: FMA = 2 FLOPs, half instructions packed (x2), Hopper's HGMMA and HMMA
     tensor counters both counted (they do not overlap). The half-precision columns hold
     8,694,731,602 FLOPs; 8,083,752,018 of them are HFMA2.MMA moves and HADD2.F32
-    widenings (dnnroofline.ncu_fp16, tests/test_ncu_fp16_moves.py), not counted."""
+    widenings (dnnroofline.ncu.fp16, tests/test_ncu_fp16_moves.py), not counted."""
     r = parse_ncu_csv(PIPELINE_KERNELS)
     t = r["totals"]
     assert r["layout"] == "raw" and t["kernels"] == 261 and r["warnings"] == []

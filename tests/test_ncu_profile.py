@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import parse_ncu_csv
-from dnnroofline.ncu_metrics import is_roofline_metric
-from dnnroofline.ncu_profile import (
+from dnnroofline.ncu.metrics import is_roofline_metric
+from dnnroofline.ncu.parse import parse_ncu_csv
+from dnnroofline.ncu.profile import (
     BASE_METRICS,
     STEP_METRICS,
     build_ncu_command,
@@ -732,7 +732,7 @@ def test_stage_needs_a_driver_command(tmp_path):
 
 
 def test_module_docstrings_explain_the_capture():
-    import dnnroofline.ncu_profile as mod
+    import dnnroofline.ncu.profile as mod
 
     doc = textwrap.dedent(mod.__doc__)
     assert "--profile-from-start off" in doc and "backward" in doc

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu_reparse import reparse_capture
+from dnnroofline.ncu.reparse import reparse_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 NCU = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"

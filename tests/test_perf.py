@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from test_aggregate import make_run
 
-from dnnroofline import aggregate, perf, perf_run
+from dnnroofline.aggregate import metrics as aggregate
 from dnnroofline.errors import InputError
+from dnnroofline.measure import perf, perf_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf"

@@ -13,18 +13,10 @@ import pytest
 from plot_geometry import drawn_figure, label_clashes
 
 import plot_roofline as plot_roofline_cli
-from dnnroofline import plots
-from dnnroofline.aggregate import metrics_frame, roofline_points_frame
+from dnnroofline.aggregate.metrics import metrics_frame, roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.plots import (
-    ABOVE_ROOF_LABEL,
-    AI_RANGE_LABEL,
-    AXIS_X,
-    AXIS_Y,
-    plot_roofline,
-    plot_throughput,
-)
-from dnnroofline.roof_labels import (
+from dnnroofline.plots import roofline as plots
+from dnnroofline.plots.roof_labels import (
     LABEL_HEIGHT_PT,
     Box,
     LabelGaps,
@@ -34,6 +26,14 @@ from dnnroofline.roof_labels import (
     place_point_labels,
     point_label_box,
     right_edge_clear_of,
+)
+from dnnroofline.plots.roofline import (
+    ABOVE_ROOF_LABEL,
+    AI_RANGE_LABEL,
+    AXIS_X,
+    AXIS_Y,
+    plot_roofline,
+    plot_throughput,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline.interactive import MAX_PAGE_BYTES
+from dnnroofline.plots.interactive import MAX_PAGE_BYTES
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HAVE_CHROMIUM = Path(CHROMIUM).exists()
@@ -196,8 +196,8 @@ def test_per_kernel_points_render_hover_and_hide(page, tmp_path):
     """A GPU env's page from a real ncu CSV: one mark per kernel, its tooltip, the checkbox."""
     import pandas as pd
 
-    from dnnroofline.interactive import kernel_frame, roofline_page
-    from dnnroofline.ncu import parse_ncu_csv
+    from dnnroofline.ncu.parse import parse_ncu_csv
+    from dnnroofline.plots.interactive import kernel_frame, roofline_page
 
     root = Path(__file__).resolve().parent
     ncu = parse_ncu_csv(

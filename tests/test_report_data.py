@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from report_fixtures import _point, _row
 
+from dnnroofline.formatting import fmt_bytes, fmt_flops_rate, fmt_pct, fmt_time
 from dnnroofline.report import data
 from dnnroofline.report.data import (
     parse_run_id,
@@ -14,7 +15,6 @@ from dnnroofline.report.data import (
     throughput_table,
     valid_roofs,
 )
-from dnnroofline.report.format import fmt_bytes, fmt_flops_rate, fmt_pct, fmt_time
 
 
 def test_repeat_cv_flags_noise_between_runs():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dnnroofline import roofline
 from dnnroofline.errors import InputError
+from dnnroofline.model import roofline
 
 # ----------------------------------------------------------------------------- by hand
 

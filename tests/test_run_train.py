@@ -1,4 +1,4 @@
-"""The timed training driver: run_train.py end to end, and dnnroofline.train's pure pieces.
+"""The timed training driver: run_train.py end to end, and dnnroofline.measure.train's pure pieces.
 
 CPU runs use a tiny model (resnet18 at 32x32, batch 2) with OMP_NUM_THREADS=1.
 CUDA-only branches are marked ``cuda`` and skip without a GPU.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dnnroofline import train, train_config
 from dnnroofline.errors import InputError
+from dnnroofline.measure import train, train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "run_train.py"
@@ -107,8 +107,8 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
 
 
 def _cpu_has_bf16() -> bool:
-    from dnnroofline.ceilings import cpu_bf16_reason
-    from dnnroofline.study import detect_cpu_flags
+    from dnnroofline.measure.ceilings import cpu_bf16_reason
+    from dnnroofline.study.config import detect_cpu_flags
 
     flags = detect_cpu_flags()
     return flags is None or cpu_bf16_reason(flags) is None
@@ -135,9 +135,9 @@ def test_precision_unsupported_on_cpu_is_refused(tmp_path, capsys, precision):
 
 
 def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path, capsys, monkeypatch):
-    import dnnroofline.study
+    import dnnroofline.study.config
 
-    monkeypatch.setattr(dnnroofline.study, "detect_cpu_flags", lambda: ["avx2", "avx512f"])
+    monkeypatch.setattr(dnnroofline.study.config, "detect_cpu_flags", lambda: ["avx2", "avx512f"])
     out = tmp_path / "run.json"
     argv = [*TINY, "--backend", "cpu", "--precision", "bf16", "--out", str(out)]
     assert train.main(argv) == 2

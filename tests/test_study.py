@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.study import Study, alternation
+from dnnroofline.study.config import Study, alternation
 
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "vgg16"]
 
@@ -135,7 +135,7 @@ def test_cpu_bf16_needs_avx512_bf16_or_amx():
 
 
 def test_detect_cpu_flags_reads_cpuinfo(tmp_path):
-    from dnnroofline.study import detect_cpu_flags
+    from dnnroofline.study.config import detect_cpu_flags
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")

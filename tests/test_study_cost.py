@@ -3,7 +3,7 @@
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.study_cost import benchmark_stage, read_benchmark, study_cost
+from dnnroofline.study.cost import benchmark_stage, read_benchmark, study_cost
 
 # The header and a row as Snakemake 9 writes them (two repeats: a rule with repeat()).
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dnnroofline.errors import InputError
-from dnnroofline.traces import CSV_COLUMNS, top_table
+from dnnroofline.measure.traces import CSV_COLUMNS, top_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

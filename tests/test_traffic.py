@@ -11,10 +11,11 @@ import torch
 from test_aggregate import make_run
 from torch import nn
 
-from dnnroofline import aggregate, traffic
-from dnnroofline import complexity as cx
+from dnnroofline.aggregate import metrics as aggregate
 from dnnroofline.errors import InputError
-from dnnroofline.ncu import parse_ncu_csv
+from dnnroofline.model import complexity as cx
+from dnnroofline.model import traffic
+from dnnroofline.ncu.parse import parse_ncu_csv
 
 NCU = Path(__file__).resolve().parent / "data" / "ncu"
 

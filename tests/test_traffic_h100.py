@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline import complexity as cx
-from dnnroofline import traffic
-from dnnroofline.aggregate import METRICS_DTYPES, roofline_points_frame
-from dnnroofline.ncu_comparison import (
+from dnnroofline.aggregate.metrics import METRICS_DTYPES, roofline_points_frame
+from dnnroofline.model import complexity as cx
+from dnnroofline.model import traffic
+from dnnroofline.report.ncu_comparison import (
     UNMODELLED_CLASSES,
     bytes_by_kernel_class,
     comparison_rows,

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from workflow_helpers import BIN, CIFAR, ROOT, TINY, job_counts, read_csv, snakemake, write_config
 
-from dnnroofline.roofline import HOST_BOUND_BELOW
-from dnnroofline.traffic import bound_of_range
+from dnnroofline.model.roofline import HOST_BOUND_BELOW
+from dnnroofline.model.traffic import bound_of_range
 
 pytestmark = pytest.mark.workflow
 

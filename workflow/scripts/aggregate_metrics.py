@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dnnroofline.aggregate import metrics_frame
+from dnnroofline.aggregate.metrics import metrics_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.ceilings import PRECISIONS, build_ceilings  # noqa: E402
-from dnnroofline.envinfo import DEVICES  # noqa: E402
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import write_json_atomic  # noqa: E402
-from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
+from dnnroofline.measure.ceilings import PRECISIONS, build_ceilings
+from dnnroofline.measure.envinfo import DEVICES
+from dnnroofline.measure.measurement_lock import measurement_lock
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@
 Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MACs) of
 forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
 and the estimated peak memory, per precision. The counting method is in the ``method``
-key and in ``dnnroofline.complexity``. Nothing is downloaded (``weights=None``).
+key and in ``dnnroofline.model.complexity``. Nothing is downloaded (``weights=None``).
 A model that cannot train at this image size (its kernels or pooling need a larger
 input, e.g. alexnet or inception_v3 at 32 px) is a result, not a crash: the JSON then
 holds ``status: "error"`` and the reason in ``message`` (the counts are null) and the
@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import write_json_atomic  # noqa: E402
-from dnnroofline.models import model_kwargs_arg  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
+from dnnroofline.study.models import model_kwargs_arg
 
 DEFAULT_THREADS = 2
 
@@ -82,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
-        from dnnroofline.complexity import ModelCannotRun, complexity, failed_complexity
+        from dnnroofline.model.complexity import ModelCannotRun, complexity, failed_complexity
 
         try:
             result = complexity(

@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.envinfo import (  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json, write_json_atomic
+from dnnroofline.measure.envinfo import (
     DEVICES,
     check_env_matches,
     check_same_machine,
     collect_fingerprint,
 )
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import read_json, write_json_atomic  # noqa: E402
 
 
 def verify(env: str, path: str, fp: dict) -> None:

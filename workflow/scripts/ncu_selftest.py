@@ -4,7 +4,7 @@
         --precisions amp bf16 --work-dir results/E/ncu/selftest --out results/E/ncu/selftest.json
 
 For each case (a GEMM per study precision, and a device copy; see
-``dnnroofline.ncu_selftest``) it runs profile_ncu.py, the very stage the study's
+``dnnroofline.ncu.selftest``) it runs profile_ncu.py, the very stage the study's
 captures go through (same metrics, same two passes, same settings), with
 selftest_kernels.py as the driver, then checks the counts against the known
 answer and writes the verdicts. Exits 0 whenever it wrote the JSON (a machine
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json_or_none, write_json_atomic
-from dnnroofline.measurement_lock import measurement_lock
-from dnnroofline.ncu_selftest import (
+from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.ncu.selftest import (
     PROGRESS_FILE,
     cases_for,
     check_case,

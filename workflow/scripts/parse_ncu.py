@@ -16,7 +16,7 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.ncu import parse_ncu_csv
+from dnnroofline.ncu.parse import parse_ncu_csv
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate import GROUP_KEYS
+from dnnroofline.aggregate.inputs import match_ncu_stems
+from dnnroofline.aggregate.loaders import load_points_and_ceilings
+from dnnroofline.aggregate.metrics import GROUP_KEYS
 from dnnroofline.errors import InputError
-from dnnroofline.interactive import roofline_page
 from dnnroofline.io import read_json, write_text_atomic
-from dnnroofline.loaders import load_points_and_ceilings
-from dnnroofline.point_inputs import match_ncu_stems
+from dnnroofline.plots.interactive import roofline_page
 
 
 def load_ncu(paths: list[str], points: pd.DataFrame) -> dict[tuple, dict]:

@@ -20,11 +20,11 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate import POINTS_DTYPES
+from dnnroofline.aggregate.metrics import POINTS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
-from dnnroofline.kernel_plots import plot_hierarchical, plot_kernels
-from dnnroofline.kernel_roofline import (
+from dnnroofline.ncu.above_roof import kernels_above_measured_roof
+from dnnroofline.ncu.kernels import (
     env_roofs,
     hierarchical_point,
     kernel_points,
@@ -33,7 +33,7 @@ from dnnroofline.kernel_roofline import (
     step_time,
     with_ncu_memory_roofs,
 )
-from dnnroofline.kernels_above_roof import kernels_above_measured_roof
+from dnnroofline.plots.kernels import plot_hierarchical, plot_kernels
 
 
 def main(argv: list[str] | None = None) -> int:

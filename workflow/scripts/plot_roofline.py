@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dnnroofline.aggregate.loaders import load_points_and_ceilings
 from dnnroofline.errors import InputError
-from dnnroofline.loaders import load_points_and_ceilings
-from dnnroofline.plots import plot_roofline
+from dnnroofline.plots.roofline import plot_roofline
 
 
 def main(argv: list[str] | None = None) -> int:

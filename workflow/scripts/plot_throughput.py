@@ -12,9 +12,9 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate import METRICS_DTYPES
+from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
-from dnnroofline.plots import plot_throughput
+from dnnroofline.plots.roofline import plot_throughput
 
 
 def main(argv: list[str] | None = None) -> int:

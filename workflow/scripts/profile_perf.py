@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import read_json, write_json_atomic  # noqa: E402
-from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
-from dnnroofline.perf_run import probe, profile  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json, write_json_atomic
+from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.measure.perf_run import probe, profile
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.ncu import read_text
-from dnnroofline.ncu_reparse import reparse_capture
+from dnnroofline.ncu.parse import read_text
+from dnnroofline.ncu.reparse import reparse_capture
 
 
 def kernel_csv_text(json_path: Path) -> str:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate import GROUP_KEYS, METRICS_DTYPES, roofline_points_frame
-from dnnroofline.busy_share import trace_summary
+from dnnroofline.aggregate.inputs import key_ceilings, key_complexity, match_ncu_stems
+from dnnroofline.aggregate.metrics import GROUP_KEYS, METRICS_DTYPES, roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.point_inputs import key_ceilings, key_complexity, match_ncu_stems
+from dnnroofline.model.busy_share import trace_summary
 
 
 def read_metrics(path: str) -> pd.DataFrame:

@@ -4,16 +4,13 @@
         --warmup-iters 5 --iters 20 --precision fp32 --backend auto --synthetic --out run.json
 
 Exit 0 when the JSON was written (status ok, oom or error), 2 for bad arguments (nothing
-written). The logic lives in ``dnnroofline.train``.
+written). The logic lives in ``dnnroofline.measure.train``.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
-from dnnroofline.train import main  # noqa: E402
+from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.measure.train import main
 
 if __name__ == "__main__":
     with measurement_lock():

@@ -16,7 +16,7 @@ import traceback
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.ncu_selftest import run_case
+from dnnroofline.ncu.selftest import run_case
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,10 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.aggregate import METRICS_DTYPES, POINTS_DTYPES  # noqa: E402
-from dnnroofline.report.terminal import study_summary  # noqa: E402
+from dnnroofline.aggregate.metrics import METRICS_DTYPES, POINTS_DTYPES
+from dnnroofline.report.terminal import study_summary
 
 
 def main(argv: list[str] | None = None) -> int:

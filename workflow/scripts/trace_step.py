@@ -8,16 +8,13 @@ Takes the driver's step flags (run_train.py's, but --steps for --iters). With --
 it launches N data-parallel ranks as run_train.py does, each tracing itself into
 ``t.rank{i}.json`` for ``--trace-out t.json``; the table adds each rank's communication
 time. Exit 0 when the files were written (status ok, oom or error), 2 for bad arguments.
-The logic lives in ``dnnroofline.traces`` and ``dnnroofline.comm_trace``.
+The logic lives in ``dnnroofline.measure.traces`` and ``dnnroofline.measure.comm_trace``.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from dnnroofline.measurement_lock import measurement_lock  # noqa: E402
-from dnnroofline.traces import main  # noqa: E402
+from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.measure.traces import main
 
 if __name__ == "__main__":
     with measurement_lock():

@@ -18,11 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from dnnroofline.aggregate.inputs import key_ceilings, key_complexity
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_text_atomic
-from dnnroofline.kernels_above_roof import above_by_capture
-from dnnroofline.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
-from dnnroofline.point_inputs import key_ceilings, key_complexity
+from dnnroofline.ncu.above_roof import above_by_capture
+from dnnroofline.report.ncu_comparison import comparison_page, comparison_rows, key_ncu_files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,13 +29,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import write_text_atomic  # noqa: E402
-from dnnroofline.lockfile import parse_lock  # noqa: E402
-from dnnroofline.report import SECTION_FILES, all_sections  # noqa: E402
-from dnnroofline.study_cost import read_benchmark  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import write_text_atomic
+from dnnroofline.lockfile import parse_lock
+from dnnroofline.report import SECTION_FILES, all_sections
+from dnnroofline.study.cost import read_benchmark
 
 
 def _load_config(path: str) -> dict:

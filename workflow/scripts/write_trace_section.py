@@ -17,11 +17,9 @@ import sys
 
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from dnnroofline.errors import InputError  # noqa: E402
-from dnnroofline.io import read_json, write_text_atomic  # noqa: E402
-from dnnroofline.report.traces import traces_section  # noqa: E402
+from dnnroofline.errors import InputError
+from dnnroofline.io import read_json, write_text_atomic
+from dnnroofline.report.traces import traces_section
 
 
 def read_table(path: str) -> dict:

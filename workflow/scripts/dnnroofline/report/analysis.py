@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.formatting import isnum
 from dnnroofline.report import compare, data, env_compare, memory
-from dnnroofline.report.format import isnum
 from dnnroofline.report.render import section
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from dnnroofline import contention
+from dnnroofline.formatting import isnum
+from dnnroofline.measure import contention
 from dnnroofline.report import data
-from dnnroofline.report.format import isnum
 
 
 def short_lever(

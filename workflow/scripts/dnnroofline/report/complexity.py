@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dnnroofline.formatting import ratio_txt
 from dnnroofline.report import data
-from dnnroofline.report.format import ratio_txt
 from dnnroofline.report.render import section
 
 

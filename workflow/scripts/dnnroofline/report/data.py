@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dnnroofline import roofline
-from dnnroofline.aggregate import (
+from dnnroofline.aggregate.metrics import (
     METRICS_COLUMNS,
     POINTS_COLUMNS,
     group_nproc,
     images_per_s_at,
 )
 from dnnroofline.errors import InputError
-from dnnroofline.report.format import isnum, missing
+from dnnroofline.formatting import isnum, missing
+from dnnroofline.model import roofline
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 
@@ -42,7 +42,7 @@ POINT_TEXT = (
     "kernel_time_source",
     "host_wait_cause",
 )
-#: ``host``: the device idles much of the step (dnnroofline.busy_share), whatever the AI
+#: ``host``: the device idles much of the step (dnnroofline.model.busy_share), whatever the AI
 BOUNDS = ("memory", "compute", "inconclusive", "host")
 
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
@@ -345,7 +345,7 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def valid_roofs(ceil: Mapping | None) -> list[roofline.Roof]:
-    """The valid roofs of a ceilings JSON (dnnroofline.roofline rules; bad entries skipped).
+    """The valid roofs of a ceilings JSON (dnnroofline.model.roofline rules; bad entries skipped).
 
     The roofline stage already refused invalid ceilings; the report still renders
     whatever is valid, so one bad entry never hides the rest.

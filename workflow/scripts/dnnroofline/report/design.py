@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.formatting import fmt_batches, isnum, join, sig
 from dnnroofline.report import data, env_compare
-from dnnroofline.report.format import fmt_batches, isnum, join, sig
 from dnnroofline.report.render import section
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.formatting import isnum
 from dnnroofline.report.data import envs_cfg as _envs
-from dnnroofline.report.format import isnum
 
 GROUP = ("model", "precision", "batch_size")
 

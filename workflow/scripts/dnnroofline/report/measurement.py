@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from dnnroofline.formatting import isnum
 from dnnroofline.report import data
-from dnnroofline.report.format import isnum
 from dnnroofline.report.render import fragment, section
 
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from dnnroofline.aggregate import group_nproc
+from dnnroofline.aggregate.metrics import group_nproc
+from dnnroofline.formatting import isnum
 from dnnroofline.report import data
-from dnnroofline.report.format import isnum
 
 
 def _device_capacity(env: str, info: Mapping) -> tuple[float, str]:

@@ -16,9 +16,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from dnnroofline.formatting import FILTERS, isnum
+from dnnroofline.model.roofline import HOST_BOUND_BELOW
 from dnnroofline.report import data
-from dnnroofline.report.format import FILTERS, isnum
-from dnnroofline.roofline import HOST_BOUND_BELOW
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

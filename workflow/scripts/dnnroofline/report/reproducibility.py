@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.formatting import fmt_bytes, isnum
 from dnnroofline.lockfile import lock_match
 from dnnroofline.report import data
-from dnnroofline.report.format import fmt_bytes, isnum
 from dnnroofline.report.render import section
-from dnnroofline.study_cost import study_cost
+from dnnroofline.study.cost import study_cost
 
 
 def model_flags(study: Mapping, model: str) -> list[str]:

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from dnnroofline.formatting import isnum
 from dnnroofline.report import data
-from dnnroofline.report.format import isnum
 from dnnroofline.report.render import section
 
 

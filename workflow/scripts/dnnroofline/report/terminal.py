@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from dnnroofline import contention
+from dnnroofline.formatting import fmt_pct, isnum, sig
+from dnnroofline.measure import contention
 from dnnroofline.report import compare, data
-from dnnroofline.report.format import fmt_pct, isnum, sig
 
 NOISY = " (noisy)"
 HEADER = (

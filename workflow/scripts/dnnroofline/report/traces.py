@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.model.roofline import HOST_BOUND_BELOW
 from dnnroofline.report import data
 from dnnroofline.report.render import section
-from dnnroofline.roofline import HOST_BOUND_BELOW
 
 PERFETTO = "https://ui.perfetto.dev"
 
@@ -80,7 +80,7 @@ def entry(doc: Mapping[str, Any], table_path: str, out_dir: str, untraced: Mappi
 
 
 def busy_facts(busy: Mapping[str, Any] | None, untraced_s: float | None) -> dict | None:
-    """The trace's busy time per step (dnnroofline.busy_share), the point's kernel-busy
+    """The trace's busy time per step (dnnroofline.model.busy_share), the point's kernel-busy
     share it gives (over the timed runs' median, as roofline_points.csv has it), and what
     the idle device waited on; None for a trace without it."""
     if not isinstance(busy, Mapping) or not isinstance(busy.get("busy_s_per_step"), float):

@@ -1,0 +1,1 @@
+"""Aggregation: runs into metrics.csv, points into roofline_points.csv."""

@@ -1,0 +1,1 @@
+"""Measurement: the training driver, DDP, ceilings, traces, perf, machine facts."""

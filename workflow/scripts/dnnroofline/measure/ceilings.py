@@ -1,0 +1,373 @@
+"""Ceilings of one env: measured (microbenchmarks) and datasheet roofs -> ``ceilings.json``.
+
+Measured compute: per precision the *best* of several microbenchmarks, each at
+its best repeat: GEMMs of several sizes and shapes through ``torch.matmul`` (the
+BLAS torch uses; FLOPs = 2*M*N*K) and convolutions through ``conv2d`` (oneDNN on
+CPU, cuDNN on CUDA; nominal FLOPs, as the study counts them). On CUDA only the
+GEMMs may set the roof (the study's FLOPs there are ncu's executed FLOPs, which a
+Winograd convolution's nominal rate overstates). Every candidate is recorded (method,
+times, FLOP/s) with the one that set the roof. GEMM inputs
+rotate among a few sets so that no run finds its operands in cache. On CUDA the
+kernels are timed with CUDA events; fp32 runs with TF32 off. On CUDA the GEMMs are a
+sweep (:mod:`dnnroofline.measure.gemm_sweep`): squares 2048-16384 and transformer- and
+convolution-like shapes, each through cuBLAS and cuBLASLt, each with the SM clock and
+power NVML read during its timed repeats; one shape is not the machine's roof.
+
+Measured memory: on CPU a STREAM triad ``a = b + s*c`` (``torch.add(b, c,
+alpha=s, out=a)``, no temporaries) and a STREAM copy over float64 arrays of at
+least 4x the last-level cache; bytes counted per STREAM: triad 3 arrays, copy 2
+(read + write; write-allocate traffic is not counted). On CUDA a large
+device-to-device copy (bytes read + bytes written) and the same triad. Per STREAM
+convention the roof is the *best* (fastest) repeat; the median is recorded too.
+
+Datasheet roofs: GPUs from :mod:`dnnroofline.study.datasheet`; CPUs derived as cores x
+clock x FLOP/cycle (no datasheet memory roof for a CPU: its bandwidth depends on
+the DIMMs and channels populated, which the machine does not tell reliably).
+
+The pipeline picks a point's roof with :func:`dnnroofline.model.roofline.select_roof`
+(measured first, then datasheet) and refuses when there is none (never a guess).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+from collections.abc import Iterable, Mapping
+
+from dnnroofline.errors import InputError
+from dnnroofline.measure import contention
+from dnnroofline.measure.ceiling_kernels import measure_compute
+from dnnroofline.measure.memory_kernels import measure_memory
+
+PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+KINDS = ("compute", "memory")
+SOURCES = ("measured", "datasheet")
+#: Ceilings precision names accepted for a pipeline precision (amp is fp16 autocast).
+PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",),
+    "tf32": ("tf32",),
+    "amp": ("amp", "fp16"),
+    "bf16": ("bf16",),
+}
+#: A measured roof this far above its datasheet roof is flagged (a wrong peak or a bug).
+ABOVE_DATASHEET_RTOL = 0.0
+
+
+# --------------------------------------------------------------------------- selection (pure)
+
+
+def percent_of(measured: float, datasheet: float | None) -> float | None:
+    if not datasheet or datasheet <= 0:
+        return None
+    return 100.0 * measured / datasheet
+
+
+# --------------------------------------------------------------------------- capability
+
+
+#: CPU flags (as /proc/cpuinfo names them) that give bf16 its own arithmetic.
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bf16_reason(cpu_flags: Iterable[str]) -> str | None:
+    """None when the CPU has native bf16 (AVX512_BF16 or AMX), else why bf16 is refused."""
+    if set(CPU_BF16_FLAGS) & {str(f).lower() for f in cpu_flags}:
+        return None
+    return (
+        "bf16 on CPU needs AVX512_BF16 or AMX (flags avx512_bf16 / amx_bf16), which this "
+        "CPU lacks; oneDNN would emulate it through fp32, so its roof and runs would "
+        "measure fp32 arithmetic under a bf16 label"
+    )
+
+
+def precision_support(
+    device: str, *, cuda_cc: tuple[int, int] | None = None, cpu_flags: Iterable[str] = ()
+) -> dict[str, str | None]:
+    """Each pipeline precision -> None if the device can run its GEMM, else the reason not."""
+    out: dict[str, str | None] = {}
+    if device == "cpu":
+        out["fp32"] = None
+        out["tf32"] = "TF32 is an NVIDIA tensor-core mode (Ampere and later)"
+        out["amp"] = "amp is fp16 autocast with GradScaler, which needs a GPU"
+        out["bf16"] = cpu_bf16_reason(cpu_flags)
+    elif device == "cuda":
+        cc = cuda_cc or (0, 0)
+        out["fp32"] = None
+        out["tf32"] = None if cc >= (8, 0) else f"TF32 needs compute capability 8.0+ (has {cc})"
+        out["amp"] = None if cc >= (7, 0) else f"fp16 tensor cores need capability 7.0+ ({cc})"
+        out["bf16"] = None if cc >= (8, 0) else f"BF16 needs compute capability 8.0+ (has {cc})"
+    elif device == "mps":
+        out["fp32"] = None
+        out["tf32"] = "TF32 is an NVIDIA tensor-core mode"
+        out["amp"] = None
+        out["bf16"] = None
+    else:
+        raise InputError(f"unknown device {device!r}: expected cpu, cuda or mps")
+    return out
+
+
+# --------------------------------------------------------------------------- datasheet roofs
+
+
+def datasheet_roofs(
+    device: str,
+    device_name: str,
+    precisions: Iterable[str],
+    *,
+    cpu: Mapping | None = None,
+    threads: int = 1,
+) -> tuple[list[dict], list[str]]:
+    """Datasheet roofs for ``precisions`` (and memory), plus notes on what is missing."""
+    from dnnroofline.study import datasheet as ds
+
+    roofs: list[dict] = []
+    notes: list[str] = []
+    if device == "cuda":
+        row = ds.lookup_gpu(device_name)
+        if row is None:
+            notes.append(
+                f"no datasheet row for GPU {device_name!r}: datasheet roofs omitted "
+                "(add it to dnnroofline/study/datasheet.py with its citation)"
+            )
+            return roofs, notes
+        for p in precisions:
+            v = row.flops(p)
+            if v is None:
+                notes.append(f"{row.name} datasheet has no {ds.PRECISION_COLUMN[p]} figure ({p})")
+                continue
+            roofs.append(
+                {
+                    "kind": "compute",
+                    "precision": p,
+                    "source": "datasheet",
+                    "value": v,
+                    "citation": row.citation_for(p),
+                    "datasheet_row": row.key,
+                    "datasheet_column": ds.PRECISION_COLUMN[p],
+                }
+            )
+        roofs.append(
+            {
+                "kind": "memory",
+                "precision": None,
+                "source": "datasheet",
+                "value": row.mem_bw,
+                "citation": row.citation_for(None),
+                "datasheet_row": row.key,
+            }
+        )
+    elif device == "cpu" and cpu is not None:
+        cores_phys = int(cpu.get("cores_physical") or 1)
+        cores = max(1, min(int(threads), cores_phys))
+        clock = cpu.get("max_clock_hz")
+        if not clock:
+            notes.append("CPU clock unknown: no derived datasheet compute roof")
+        for p in precisions:
+            if not clock:
+                break
+            roof = ds.cpu_datasheet_roof(
+                p,
+                cpu_model=str(cpu.get("model", "?")),
+                cores=cores,
+                clock_hz=float(clock),
+                clock_source=str(cpu.get("clock_source", "?")),
+                flags=cpu.get("flags_all") or cpu.get("flags") or [],
+                arch=str(cpu.get("arch", "")),
+                vendor=str(cpu.get("vendor", "")),
+                family=cpu.get("family"),
+                model=cpu.get("model_number"),
+            )
+            if roof is not None:
+                roofs.append(roof)
+        if threads > cores_phys:
+            notes.append(
+                f"{threads} threads on {cores_phys} physical cores: the derived peak counts "
+                "physical cores (SMT siblings share the FMA units)"
+            )
+        notes.append(
+            "no datasheet memory roof for a CPU: bandwidth depends on the memory channels "
+            "populated; the measured STREAM roof is the memory ceiling"
+        )
+    else:
+        notes.append(f"no datasheet roofs for device {device!r} ({device_name})")
+    return roofs, notes
+
+
+def annotate_vs_datasheet(roofs: list[dict]) -> list[str]:
+    """Add ``percent_of_datasheet`` / ``above_datasheet`` to measured roofs; return warnings."""
+    warnings = []
+    for r in roofs:
+        if r.get("source") != "measured":
+            continue
+        ds_roofs = [
+            d
+            for d in roofs
+            if d.get("source") == "datasheet"
+            and d.get("kind") == r["kind"]
+            and d.get("precision") == r.get("precision")
+        ]
+        if not ds_roofs:
+            r["percent_of_datasheet"] = None
+            continue
+        ds = max(ds_roofs, key=lambda d: d["value"])
+        ds_v = ds["value"]
+        r["percent_of_datasheet"] = percent_of(r["value"], ds_v)
+        r["above_datasheet"] = r["value"] > ds_v * (1 + ABOVE_DATASHEET_RTOL)
+        if r["above_datasheet"]:
+            label = r.get("precision") or "memory"
+            msg = (
+                f"measured {r['kind']} {label} ({r['value']:.4g}) is ABOVE the datasheet roof "
+                f"({ds_v:.4g}): a wrong datasheet peak or a measurement bug"
+            )
+            inputs = ds.get("inputs") or {}
+            if inputs.get("cores") and inputs.get("flop_per_cycle") and inputs.get("clock_hz"):
+                implied = r["value"] / (inputs["cores"] * inputs["flop_per_cycle"])
+                r["implied_clock_hz"] = implied
+                msg += (
+                    f"; it implies a sustained clock of {implied / 1e9:.2f} GHz against the "
+                    f"{inputs['clock_hz'] / 1e9:.2f} GHz used ({inputs.get('clock_source')}): "
+                    "the derived CPU peak's clock is likely the nominal, not the turbo, clock"
+                )
+            warnings.append(msg)
+    return warnings
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _device_facts(device: str) -> dict:
+    import torch
+
+    if device == "cuda":
+        idx = torch.cuda.current_device()
+        p = torch.cuda.get_device_properties(idx)
+        free, _total = torch.cuda.mem_get_info(idx)
+        l2 = getattr(p, "L2_cache_size", None)
+        return {"name": p.name, "cc": (p.major, p.minor), "free_bytes": int(free), "l2_bytes": l2}
+    return {"name": None, "cc": None, "free_bytes": None, "l2_bytes": None}
+
+
+def build_ceilings(
+    env: str,
+    device: str = "auto",
+    precisions: Iterable[str] = ("fp32",),
+    *,
+    quick: bool = False,
+    expect_threads: int | None = None,
+) -> dict:
+    """Measure and assemble the ``ceilings.json`` object of this machine for ``env``.
+
+    ``expect_threads``: the threads the env's runs use; a job that got fewer or more is
+    refused, since the roofs of other threads are not the runs' roofs.
+    """
+    import torch
+
+    from dnnroofline.measure.envinfo import cpu_info, resolve_device
+    from dnnroofline.measure.train_config import check_threads, parse_omp_threads
+
+    start_time = time.time()
+    t0 = time.monotonic()
+    requested = list(dict.fromkeys(p.lower() for p in precisions))
+    unknown = [p for p in requested if p not in PRECISIONS]
+    if unknown:
+        raise InputError(f"unknown precision(s) {unknown}: expected some of {list(PRECISIONS)}")
+    dev = resolve_device(device)
+    cpu0 = contention.snapshot()
+    omp = os.environ.get("OMP_NUM_THREADS")
+    omp_threads = parse_omp_threads(omp)
+    if omp_threads is not None:
+        torch.set_num_threads(omp_threads)
+    threads = torch.get_num_threads()
+    check_threads(expect_threads, threads, omp)
+    cpu = cpu_info()
+    facts = _device_facts(dev)
+    if dev == "cuda":
+        device_name = facts["name"]
+    elif dev == "mps":
+        device_name = f"Apple MPS ({cpu['model']})"
+    else:
+        device_name = cpu["model"]
+
+    support = precision_support(dev, cuda_cc=facts["cc"], cpu_flags=cpu["flags_all"])
+    skipped, measured_ok, notes = [], [], []
+    for p in requested:
+        if support.get(p):
+            skipped.append({"precision": p, "reason": f"{dev}: {support[p]}"})
+        else:
+            measured_ok.append(p)
+
+    roofs: list[dict] = []
+    for p in measured_ok:
+        try:
+            roofs.append(measure_compute(dev, p, quick=quick, threads=threads))
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            skipped.append({"precision": p, "reason": f"{dev}: GEMM failed: {exc}"})
+    roofs.extend(
+        measure_memory(
+            dev,
+            quick=quick,
+            llc_bytes=cpu["llc_bytes"],
+            ram_bytes=_ram_bytes(),
+            free_device_bytes=facts["free_bytes"],
+            threads=threads,
+        )
+    )
+    # every precision the device runs, a failed GEMM's too: its runs still need a roof
+    ds_roofs, ds_notes = datasheet_roofs(dev, device_name, measured_ok, cpu=cpu, threads=threads)
+    roofs.extend(ds_roofs)
+    notes.extend(ds_notes)
+    notes.extend(annotate_vs_datasheet(roofs))
+    perf_probe = None
+    if dev == "cpu":  # CPU counters: probed once per env, recorded with the roofs
+        from dnnroofline.measure.perf_run import probe
+
+        perf_probe = probe(os.environ.get("DNNROOFLINE_PERF", "perf"))
+        if perf_probe["status"] != "ok":
+            notes.append(f"perf counters unavailable: {perf_probe['reason']}")
+    if quick:
+        notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
+    other_load = contention.other_load(cpu0, contention.snapshot())
+    taken = contention.contended_cpus(other_load)
+    if taken is not None:
+        notes.append(contended_note(taken, cpu["cores_logical"]))
+    return {
+        "schema_version": 1,
+        "env": env,
+        "device": dev,
+        "device_name": device_name,
+        "threads": threads,
+        "omp_num_threads": omp,
+        "precisions_requested": requested,
+        "llc_bytes": facts["l2_bytes"] if dev == "cuda" else cpu["llc_bytes"],
+        "quick": quick,
+        "roofs": roofs,
+        "perf": perf_probe,
+        "skipped": skipped,
+        "notes": notes,
+        "other_load": other_load,
+        "torch": torch.__version__,
+        "date": _dt.datetime.fromtimestamp(start_time).astimezone().isoformat(timespec="seconds"),
+        "start_time": start_time,
+        "end_time": time.time(),
+        "wall_s": round(time.monotonic() - t0, 3),
+    }
+
+
+def _ram_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def contended_note(taken_cpus: float, logical_cpus: int | None) -> str:
+    """The ceilings' note when other processes (or the hypervisor) took CPUs meanwhile."""
+    of = f" of its {logical_cpus} logical CPUs" if logical_cpus else ""
+    return (
+        f"the machine was busy while the ceilings ran: other processes kept {taken_cpus:.2f}"
+        f"{of} busy on average: measured roofs may be low, and points above them; re-run "
+        "them alone (snakemake --forcerun ceilings)"
+    )

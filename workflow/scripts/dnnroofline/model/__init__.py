@@ -1,0 +1,1 @@
+"""Analytic models: FLOP and byte counts, complexity, the roofline's arithmetic."""

@@ -1,0 +1,1 @@
+"""Nsight Compute: capture, metrics, the CSV parser, self-test, per-kernel rooflines."""

@@ -1,0 +1,1 @@
+"""Plots: static and interactive rooflines, per-kernel and throughput plots."""

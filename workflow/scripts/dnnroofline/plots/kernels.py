@@ -1,0 +1,617 @@
+"""ncu plots of one configuration: the hierarchical roofline and the per-kernel roofline.
+
+Drawn with matplotlib (no pyplot state) and written as PNG and SVG atomically, like
+:mod:`dnnroofline.plots.roofline`. Artists carry ``gid`` attributes (SVG ``id``):
+
+- ``point-{env}-{model}-{precision}-bs{batch}-{level}``  the config's point at l1, l2, dram
+- ``hier-{env}-{model}-{precision}-bs{batch}``            the line joining its levels
+- ``kernel-{i}``                                          kernel ``i`` of ncu's ``kernels`` list
+- ``above-roof-...``                                      red ring: above its roof
+- ``roof-{env}-compute-{precision}-{source}``             compute roof
+- ``roof-{env}-memory-{level}-{source}``                  bandwidth roof (level dram, l2, l1)
+
+Measured roofs solid, datasheet roofs dashed. The data come from
+:mod:`dnnroofline.ncu.kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+from collections.abc import Mapping, Sequence
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from dnnroofline.errors import InputError
+from dnnroofline.model import roofline
+from dnnroofline.ncu.above_roof import NAMED_ON_PLOT
+from dnnroofline.ncu.kernels import (
+    CACHE_LEVELS,
+    KERNEL_PATHS,
+    LEVEL_NAMES,
+    LEVELS,
+    NCU_THEORETICAL,
+    PATH_LABELS,
+    TENSOR_PRECISIONS,
+    HierarchicalPoint,
+    KernelSet,
+    Roofs,
+    best,
+    compute_roofs_for,
+    hierarchical_roof_at,
+    kernel_roof_at,
+    marker_area,
+    short_name,
+)
+from dnnroofline.plots.roof_artists import (
+    BATCH_LABEL_PT,
+    LINESTYLES,
+    draw_compute_roof,
+    draw_memory_roof,
+    draw_point_label,
+    marker_obstacles,
+    place_compute_roof_labels,
+    place_memory_roof_labels,
+    place_point_labels_pt,
+    text_width_pt,
+)
+from dnnroofline.plots.roof_labels import Box, Marker, compute_roof_labels, si
+from dnnroofline.plots.roofline import (
+    _RC,
+    AXIS_X,
+    _gid,
+    above_roof_handle,
+    draw_above_roof_ring,
+    precision_color,
+    save_figure,
+    sectioned_legend,
+)
+
+AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
+AXIS_Y_KERNEL = "Kernel performance (FLOP/s): ncu FLOPs / ncu kernel time"
+LEVEL_COLORS = {"l1": "tab:cyan", "l2": "tab:olive", "dram": "0.2"}
+LEVEL_MARKERS = {"l1": "o", "l2": "s", "dram": "^"}
+PATH_COLORS = {"fp32": "tab:blue", "fp16": "tab:cyan", "fp64": "tab:brown"}
+#: Kernels labelled with their (short) name: the largest by time share.
+LABEL_TOP = 5
+KERNEL_LABEL_PT = 6
+LEVEL_MARKER_PT = 8
+
+
+def path_color(path: str, precision: str) -> str:
+    """Colour of a kernel's FLOP path; tensor kernels take the colour of the run's
+    tensor-core precision (its compute roof), fp32 runs' tensor kernels that of tf32."""
+    if path == "tensor":
+        return precision_color(precision if precision in TENSOR_PRECISIONS else "tf32")
+    return PATH_COLORS.get(path, "tab:gray")
+
+
+def _axes(fig: Figure, title: str, ylabel: str, xlim, ylim):
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(AXIS_X)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", color="0.88", linewidth=0.6)
+    ax.grid(True, which="minor", color="0.95", linewidth=0.4)
+    ax.set_axisbelow(True)
+    return ax
+
+
+def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tuple[float, float]]:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)] or [1.0]
+    ys = [y for y in ys if y and y > 0 and math.isfinite(y)] or [1.0]
+    xlo = 10 ** math.floor(math.log10(min(xs) / 4))
+    xhi = 10 ** math.ceil(math.log10(max(xs) * 4))
+    ylo = 10 ** math.floor(math.log10(min(ys) / 5))
+    yhi = 10 ** math.ceil(math.log10(max(ys) * 3))
+    return (xlo, xhi), (ylo, yhi)
+
+
+def _roof_name(level: str, source: str) -> str:
+    """A bandwidth roof's label: ncu's DRAM peak is the datasheet figure, said so."""
+    if source == NCU_THEORETICAL:
+        return f"{LEVEL_NAMES[level]} " + (
+            "datasheet figure (ncu: bus width x memory clock)"
+            if level == "dram"
+            else "ncu theoretical peak"
+        )
+    return f"{LEVEL_NAMES[level]} {source}"
+
+
+def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
+    """Diagonal roofs ``(level, source, bandwidth, x_end)`` from the left edge, each
+    labelled, the labels side by side across the diagonals and clear of ``obstacles``
+    (place_memory_roof_labels): measured ones under their line, the others over it.
+    Returns the boxes around the labels (points)."""
+    xlo = ax.get_xlim()[0]
+    texts = [f"{_roof_name(level, source)}: {si(bw, 'B/s')}" for level, source, bw, _ in roofs]
+    diag = place_memory_roof_labels(
+        ax,
+        [
+            (text, bw, x_end, source != "measured")
+            for text, (_, source, bw, x_end) in zip(texts, roofs, strict=True)
+        ],
+        obstacles,
+    )
+    for text, (level, source, bw, x_end), dy in zip(texts, roofs, diag.dys, strict=True):
+        draw_memory_roof(
+            ax,
+            bw,
+            xlo,
+            x_end,
+            color=LEVEL_COLORS[level],
+            source=source,
+            gid=_gid("roof", env, "memory", level, source),
+            label=text,
+            label_x=diag.x,
+            label_dy=dy,
+        )
+    return diag.bounds
+
+
+def _compute_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
+    """Horizontal roofs ``(precision, source, peak, ridge)`` from their ridge to the right
+    edge, labelled there apart from each other; the right edge moves right until the
+    labels clear ``obstacles``. Returns the labels' boxes (points)."""
+    labels = compute_roof_labels(
+        ((env, prec, source, peak, ridge) for prec, source, peak, ridge in roofs), combined=False
+    )
+    xhi, dys, boxes = place_compute_roof_labels(
+        ax, [(lab.text, key[2], lab.prefer_above) for key, lab in labels.items()], obstacles
+    )
+    label_dy = dict(zip(labels, dys, strict=True))
+    for prec, source, peak, ridge in roofs:
+        draw_compute_roof(
+            ax,
+            peak,
+            min(ridge, xhi),
+            xhi,
+            color=precision_color(prec),
+            source=source,
+            gid=_gid("roof", env, "compute", prec, source),
+            label=labels[(prec, source, peak)].text,
+            label_dy=label_dy[(prec, source, peak)],
+        )
+    return boxes
+
+
+def _note(text: str) -> Line2D:
+    """A legend line with no handle: a remark."""
+    return Line2D([], [], linestyle="none", marker="", label=text)
+
+
+def _message(ax, text: str):
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        color="0.35",
+        fontsize=9,
+        wrap=True,
+    )
+
+
+# --------------------------------------------------------------------------- hierarchical
+
+
+def _unmeasurable_note(ax, level: str, reason: str, row: int, gid: str) -> None:
+    """A boxed remark in the lower right of the plot (below the compute roofs, right of
+    the diagonals, where no point of a step lies): this level has no point, and why."""
+    text = "\n".join(
+        textwrap.wrap(f"{LEVEL_NAMES[level]}: not measurable by counters. {reason}", 62)
+    )
+    ax.text(
+        0.985,
+        0.03 + 0.2 * row,
+        text,
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        multialignment="left",
+        fontsize=7,
+        color="0.15",
+        bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": LEVEL_COLORS[level]},
+        gid=gid,
+        zorder=6,
+    )
+
+
+def plot_hierarchical(
+    point: HierarchicalPoint,
+    roofs: Roofs,
+    out_png: str | os.PathLike | None,
+    out_svg: str | os.PathLike | None,
+    title: str | None = None,
+) -> dict:
+    """The config's point at its L1, L2 and DRAM arithmetic intensities, one attained
+    FLOP/s, under the precision's compute roofs and each level's bandwidth roofs.
+
+    Returns ``{"points": n, "levels": [...], "above_roof": n, "cache_roofs": n}``.
+    """
+    env, prec = point.env, point.precision
+    peaks = compute_roofs_for(roofs, prec)
+    if not peaks:
+        have = sorted({p for p, _ in roofs.compute})
+        raise InputError(
+            f"env {env!r} has no compute peak for precision {prec!r} (ceilings have {have}); "
+            "the roofline is never drawn against a guess"
+        )
+    top_peak = max(peaks.values())
+    # a level no counter can measure gets no roof either: nothing to hold against it
+    mem = {lv: {} if lv in point.unmeasurable else roofs.memory.get(lv, {}) for lv in LEVELS}
+    ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
+    ais = [a for a in point.ai.values() if a is not None]
+    ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
+    # keep the diagonal roofs inside the frame at the low end
+    ys += [min(ais + ridges) / 4 * min(bw for lv in LEVELS for bw in mem[lv].values())]
+    (xlo, xhi), (ylo, yhi) = _limits(ais + ridges, ys)
+    ylo = max(ylo, min(ys) / 10)
+    ylo = 10 ** math.floor(math.log10(ylo))
+    tag = (env, point.model, prec, f"bs{point.batch}")
+    n_points = n_above = 0
+    levels_drawn = []
+    with rc_context(_RC):
+        fig = Figure(figsize=(10.5, 6.5))
+        ax = _axes(
+            fig,
+            title
+            or f"Hierarchical roofline: {env} {point.model} {prec} bs{point.batch} (ncu counts)",
+            AXIS_Y_STEP,
+            (xlo, xhi),
+            (ylo, yhi),
+        )
+        drawn = point.status == "ok" and point.attained_flops is not None
+        level_markers = {
+            lv: (
+                point.ai[lv],
+                point.attained_flops,
+                Marker(
+                    0.0,
+                    0.0,
+                    LEVEL_MARKER_PT / 2,
+                    f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}",
+                    text_width_pt(f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}", BATCH_LABEL_PT),
+                ),
+            )
+            for lv in LEVELS
+            if drawn and point.ai[lv] is not None
+        }
+        dram_best = best(mem["dram"])
+        roof_label_boxes = _compute_roofs(
+            ax,
+            env,
+            [
+                (prec, source, peak, peak / mem["dram"].get(source, dram_best[1]))
+                for source, peak in sorted(peaks.items())
+            ],
+            marker_obstacles(ax, list(level_markers.values())),
+        )
+        roof_label_boxes += _memory_roofs(
+            ax,
+            env,
+            [
+                (lv, source, bw, top_peak / bw)
+                for lv in LEVELS
+                for source, bw in sorted(mem[lv].items())
+            ],
+            marker_obstacles(ax, list(level_markers.values())),
+        )
+        spots = dict(
+            zip(
+                level_markers,
+                place_point_labels_pt(ax, list(level_markers.values()), roof_label_boxes),
+                strict=True,
+            )
+        )
+        if point.status != "ok":
+            _message(ax, f"ncu capture {point.status}: {point.message or 'no message'}")
+        elif point.attained_flops is None:
+            lines = ", ".join(
+                f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}" for lv in LEVELS if point.ai[lv]
+            )
+            _message(ax, "no successful timed run: attained FLOP/s unknown\n" + lines)
+        else:
+            xs = [point.ai[lv] for lv in LEVELS if point.ai[lv] is not None]
+            if len(xs) > 1:
+                ax.plot(
+                    xs,
+                    [point.attained_flops] * len(xs),
+                    color="0.5",
+                    linewidth=0.8,
+                    gid=_gid("hier", *tag),
+                    zorder=4,
+                )
+            for lv in LEVELS:
+                ai = point.ai[lv]
+                if ai is None:
+                    continue
+                n_points += 1
+                levels_drawn.append(lv)
+                ax.plot(
+                    [ai],
+                    [point.attained_flops],
+                    linestyle="none",
+                    marker=LEVEL_MARKERS[lv],
+                    markersize=LEVEL_MARKER_PT,
+                    color=LEVEL_COLORS[lv],
+                    markeredgecolor="0.1",
+                    markeredgewidth=0.6,
+                    gid=_gid("point", *tag, lv),
+                    zorder=5,
+                )
+                draw_point_label(ax, ai, point.attained_flops, level_markers[lv][2], spots[lv])
+                r = hierarchical_roof_at(roofs, prec, lv, ai)
+                if r is not None and roofline.is_above_roof(point.attained_flops, r):
+                    n_above += 1
+                    draw_above_roof_ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
+
+        for i, lv in enumerate(lv for lv in LEVELS if lv in point.unmeasurable):
+            _unmeasurable_note(ax, lv, point.unmeasurable[lv], i, _gid("unmeasurable", *tag, lv))
+        level_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=LEVEL_MARKERS[lv] if lv not in point.unmeasurable else "x",
+                color=LEVEL_COLORS[lv],
+                markeredgecolor="0.1",
+                label=f"{LEVEL_NAMES[lv]}: "
+                + (
+                    "not measurable by counters"
+                    if lv in point.unmeasurable
+                    else f"FLOPs / {point.counters.get(lv, '?')}"
+                ),
+            )
+            for lv in LEVELS
+        ]
+        roof_items = [
+            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+            for s in roofline.ROOF_SOURCES
+        ]
+        if any(NCU_THEORETICAL in mem[lv] for lv in LEVELS):
+            roof_items.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.2",
+                    linestyle=LINESTYLES[NCU_THEORETICAL],
+                    label="ncu theoretical: peak/cycle x measured clock",
+                )
+            )
+        roof_items += [
+            Line2D([], [], color=LEVEL_COLORS[lv], linewidth=2, label=f"{LEVEL_NAMES[lv]} roof")
+            for lv in LEVELS
+            if mem[lv]
+        ]
+        roof_items.append(Line2D([], [], color=precision_color(prec), linewidth=3, label=prec))
+        missing_roofs = [
+            LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv] and lv not in point.unmeasurable
+        ]
+        notes = [
+            _note(text)
+            for key, text in sorted(roofs.notes.items())
+            if key.split(":")[0] not in point.unmeasurable
+        ]
+        if missing_roofs:
+            notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
+            notes.append(_note("  (no cache_roofs in ceilings.json)"))
+        for lv in LEVELS:
+            if point.status == "ok" and point.bytes[lv] is None and lv not in point.unmeasurable:
+                notes.append(_note(f"{LEVEL_NAMES[lv]}: no {point.counters[lv]} in the capture"))
+        notes.append(_note("counts: ncu (one step); time: timed runs' median"))
+        if point.step_s:
+            notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
+        if n_above:
+            notes.append(above_roof_handle())
+        sectioned_legend(
+            ax, [("Memory level", level_items), ("Roofs", roof_items), ("Notes", notes)]
+        )
+        save_figure(fig, out_png, out_svg)
+    return {
+        "points": n_points,
+        "levels": levels_drawn,
+        "above_roof": n_above,
+        "cache_roofs": sum(len(mem[lv]) for lv in CACHE_LEVELS),
+    }
+
+
+# --------------------------------------------------------------------------- per kernel
+
+#: The ring of a kernel that beats its class's measured roof (that roof is too low).
+_BEATS_MEASURED_RING = dict(
+    linestyle="none",
+    marker="s",
+    markersize=13,
+    markerfacecolor="none",
+    markeredgecolor="darkorange",
+    markeredgewidth=1.6,
+)
+
+
+def _beats_measured_notes(beats: Sequence[Mapping]) -> list[Line2D]:
+    """Legend lines: the ring, the measured roof(s) beaten and the fastest kernels by name."""
+    if not beats:
+        return []
+    roofs = ", ".join(
+        f"{prec} {si(roof, 'FLOP/s')}"
+        for prec, roof in dict.fromkeys((k["roof_precision"], k["roof"]) for k in beats)
+    )
+    lines = [
+        Line2D(
+            [],
+            [],
+            label=f"{len(beats)} above the measured roof ({roofs}): roof too low",
+            **{**_BEATS_MEASURED_RING, "markersize": 9},
+        )
+    ]
+    for k in beats[:NAMED_ON_PLOT]:
+        lines.append(_note(f"  {short_name(k['name'], 34)}: {si(k['flops'], 'FLOP/s')}"))
+    if len(beats) > NAMED_ON_PLOT:
+        lines.append(_note(f"  and {len(beats) - NAMED_ON_PLOT} more (see the log)"))
+    return lines
+
+
+def plot_kernels(
+    kset: KernelSet,
+    roofs: Roofs,
+    env: str,
+    precision: str,
+    out_png: str | os.PathLike | None,
+    out_svg: str | os.PathLike | None,
+    title: str,
+    *,
+    status: str = "ok",
+    message: str | None = None,
+    above_measured: Sequence[Mapping] = (),
+) -> dict:
+    """Each kernel's DRAM AI against its FLOP/s (ncu FLOPs / ncu kernel time), marker
+    area proportional to its share of kernel time, colour = the path of most of its
+    FLOPs; every compute roof of the env and the DRAM roofs. ``above_measured``: the
+    kernels that beat their class's measured roof
+    (:func:`dnnroofline.ncu.above_roof.kernels_above_measured_roof`), ringed in
+    orange and the fastest named in the legend: that measured roof is too low.
+
+    Returns ``{"points", "skipped", "above_roof", "above_measured", "markersize"}``.
+    """
+    pts = kset.points
+    dram = roofs.memory["dram"]
+    dram_best = best(dram)
+    comp_specs = []
+    for (prec, source), peak in sorted(roofs.compute.items()):
+        bw = dram.get(source, dram_best[1])
+        comp_specs.append((prec, source, peak, peak / bw))
+    max_peak = max(s[2] for s in comp_specs)
+    ridges = [s[3] for s in comp_specs] + [max_peak / bw for bw in dram.values()]
+    xs = [p.ai for p in pts]
+    ys = [p.flops_rate for p in pts] + [s[2] for s in comp_specs]
+    (xlo, xhi), (ylo, yhi) = _limits(xs + ridges, ys)
+    sizes: dict[str, float] = {}
+    n_above = 0
+    beats = {k["index"] for k in above_measured}
+    with rc_context(_RC):
+        fig = Figure(figsize=(10.5, 6.5))
+        ax = _axes(fig, title, AXIS_Y_KERNEL, (xlo, xhi), (ylo, yhi))
+        # the largest kernels by time share are labelled with their (short) names
+        top = {p.index for p in sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]}
+        kernel_markers = []
+        for p in pts:
+            text = f"{short_name(p.name, 36)} ({p.share:.0%})" if p.index in top else ""
+            width = text_width_pt(text, KERNEL_LABEL_PT) if text else 0.0
+            kernel_markers.append(
+                (p.ai, p.flops_rate, Marker(0.0, 0.0, math.sqrt(p.area) / 2, text, width))
+            )
+        roof_label_boxes = _compute_roofs(ax, env, comp_specs, marker_obstacles(ax, kernel_markers))
+        roof_label_boxes += _memory_roofs(
+            ax,
+            env,
+            [("dram", source, bw, max_peak / bw) for source, bw in sorted(dram.items())],
+            marker_obstacles(ax, kernel_markers),
+        )
+        for p in sorted(pts, key=lambda p: -p.area):
+            gid = _gid("kernel", p.index)
+            (line,) = ax.plot(
+                [p.ai],
+                [p.flops_rate],
+                linestyle="none",
+                marker="o",
+                markersize=math.sqrt(p.area),
+                color=path_color(p.path, precision),
+                alpha=0.7,
+                markeredgecolor="0.15",
+                markeredgewidth=0.4,
+                gid=gid,
+                zorder=5,
+            )
+            sizes[gid] = line.get_markersize()
+            if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
+                n_above += 1
+                draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+            if p.index in beats:
+                ax.plot(
+                    [p.ai],
+                    [p.flops_rate],
+                    gid=_gid("above-measured-roof", "kernel", p.index),
+                    zorder=6,
+                    **_BEATS_MEASURED_RING,
+                )
+        spots = place_point_labels_pt(ax, kernel_markers, roof_label_boxes)
+        for (x, y, marker), spot in zip(kernel_markers, spots, strict=True):
+            draw_point_label(ax, x, y, marker, spot, fontsize=KERNEL_LABEL_PT, color="0.15")
+        drawn_beats = [k for k in above_measured if k["index"] in {p.index for p in pts}]
+        if status != "ok":
+            _message(ax, f"ncu capture {status}: {message or 'no message'}")
+        elif not pts:
+            _message(ax, "no kernel with FLOPs, DRAM bytes and a duration to plot")
+
+        paths = [p for p in KERNEL_PATHS if any(k.path == p for k in pts)]
+        path_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                color=path_color(p, precision),
+                label=f"{PATH_LABELS[p]} ({sum(k.path == p for k in pts)})",
+            )
+            for p in paths
+        ]
+        size_items = [
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                color="0.6",
+                markersize=math.sqrt(marker_area(s)),
+                label=f"{s:.0%} of kernel time",
+            )
+            for s in (0.01, 0.05, 0.2)
+        ]
+        roof_items = [
+            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+            for s in roofline.ROOF_SOURCES
+        ]
+        roof_items += [
+            Line2D([], [], color=precision_color(pr), linewidth=3, label=f"{pr} compute")
+            for pr in sorted({s[0] for s in comp_specs})
+        ]
+        roof_items.append(Line2D([], [], color=LEVEL_COLORS["dram"], linewidth=2, label="DRAM"))
+        skipped_time = sum(s["share"] for s in kset.skipped)
+        notes = [_note(f"{len(pts)} kernels plotted")]
+        if kset.skipped:
+            why = ", ".join(f"{n} {r}" for r, n in kset.reasons.items() if n)
+            notes.append(_note(f"{len(kset.skipped)} not plotted: {why}"))
+            notes.append(_note(f"  ({skipped_time:.1%} of kernel time)"))
+        notes.append(_note("time: ncu's per-kernel duration"))
+        notes.append(_note("  (serialized, caches flushed)"))
+        if n_above:
+            notes.append(above_roof_handle())
+        notes += _beats_measured_notes(drawn_beats)
+        sectioned_legend(
+            ax,
+            [
+                ("FLOP path (colour)", path_items),
+                ("Share of time (area)", size_items),
+                ("Roofs", roof_items),
+                ("Kernels", notes),
+            ],
+            labelspacing=0.9,
+        )
+        save_figure(fig, out_png, out_svg)
+    return {
+        "points": len(pts),
+        "skipped": len(kset.skipped),
+        "above_roof": n_above,
+        "above_measured": len(drawn_beats),
+        "markersize": sizes,
+    }

@@ -1,0 +1,1 @@
+"""Planning: the config, the study matrix, run identity, precisions, datasheets."""

@@ -1,0 +1,283 @@
+"""Where each env's jobs run on a Slurm cluster: the env's ``slurm`` block, checked
+against the partitions ``sinfo`` lists, turned into the Slurm executor plugin's resources.
+
+Pure logic: the workflow runs ``sinfo`` and passes its text in (rules/cluster.smk), with
+the sbatch options the executor plugin manages itself (its forbidden ``slurm_extra``).
+Every check here runs before any job is submitted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dnnroofline.errors import InputError
+from dnnroofline.study.config import suggest
+
+# `sinfo -h -N -o SINFO_FORMAT`: one line per (node, partition).
+SINFO_FORMAT = "%R|%c|%G|%f"
+# The executor plugin's own GRES grammar (it refuses anything else at submission):
+# name, name:count, name:type or name:type:count, with an optional size suffix.
+GRES_RE = re.compile(r"^[a-zA-Z0-9_]+(:[a-zA-Z0-9_.]+)?(:\d+[KMGT]?)?$")
+_COUNT_RE = re.compile(r"^(\d+)([KMGT]?)$")
+_SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+# sbatch options that would let another job share a measurement's node.
+SHARING_OPTIONS = re.compile(r"(^|\s)(--oversubscribe|-s|--share)(=|\s|$)")
+
+
+@dataclass
+class Partition:
+    """What ``sinfo`` says about one partition's nodes."""
+
+    name: str
+    cpus: list[int] = field(default_factory=list)  # CPUs of each node
+    gres: list[tuple[str, str | None, int]] = field(default_factory=list)  # (name, type, count)
+    features: set[str] = field(default_factory=set)
+
+    def describe_gres(self) -> str:
+        offers = sorted({f"{n}:{t}:{c}" if t else f"{n}:{c}" for n, t, c in self.gres})
+        return ", ".join(offers) if offers else "no GRES"
+
+
+def is_slurm(config: Mapping) -> bool:
+    """True when this run goes through Slurm: profiles/slurm sets ``cluster: slurm``."""
+    return config.get("cluster") == "slurm"
+
+
+def slurm_envs(config: Mapping) -> list[str]:
+    """Envs with a ``slurm`` block, in config order."""
+    return [env for env, spec in config["envs"].items() if spec.get("slurm")]
+
+
+def ignored_blocks_warning(config: Mapping) -> str | None:
+    """The warning for slurm blocks on a run that does not go through Slurm (None: none)."""
+    envs = slurm_envs(config)
+    if is_slurm(config) or not envs:
+        return None
+    keys = ", ".join(f"envs.{e}.slurm" for e in envs)
+    return (
+        f"{keys} ignored: this run does not go through Slurm (config cluster is not "
+        "'slurm'), so every job runs here. Run the study on the cluster with "
+        "`snakemake --workflow-profile profiles/slurm`."
+    )
+
+
+def _count(text: str) -> int | None:
+    m = _COUNT_RE.match(text)
+    return int(m.group(1)) * _SUFFIX[m.group(2)] if m else None
+
+
+def parse_gres(text: str) -> tuple[str, str | None, int]:
+    """One GRES item, ``name[:type][:count]``, as (name, type, count); count 1 if absent."""
+    parts = text.split(":")
+    name, kind, count = parts[0], None, 1
+    if len(parts) == 2:
+        n = _count(parts[1])
+        kind, count = (None, n) if n is not None else (parts[1], 1)
+    elif len(parts) >= 3:
+        kind, count = parts[1], _count(parts[2]) or 0
+    return name, kind, count
+
+
+def parse_sinfo(text: str) -> dict[str, Partition]:
+    """Partitions from ``sinfo -h -N -o SINFO_FORMAT`` output, by name."""
+    parts: dict[str, Partition] = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 4 or not fields[0]:
+            continue
+        name, cpus, gres, features = fields
+        p = parts.setdefault(name, Partition(name))
+        if cpus.rstrip("+").isdigit():
+            p.cpus.append(int(cpus.rstrip("+")))
+        # "gpu:a100:4(S:0-1),nvme:1": drop socket bindings, then split the items
+        for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+            item = item.strip()
+            if item and item != "(null)":
+                p.gres.append(parse_gres(item))
+        p.features |= {f.strip() for f in features.split(",") if f.strip() not in ("", "(null)")}
+    return parts
+
+
+def _check_gres(env: str, gres: str, part: Partition) -> None:
+    key = f"envs.{env}.slurm.gres"
+    if not GRES_RE.match(gres):
+        raise InputError(
+            f"config {key}: {gres!r} is not a GRES Slurm accepts here: write 'name', "
+            "'name:count', 'name:type' or 'name:type:count' (e.g. 'gpu:1', 'gpu:a100:1')"
+        )
+    name, kind, count = parse_gres(gres)
+    fits = [c for n, t, c in part.gres if n == name and (kind is None or t == kind) and c >= count]
+    if not fits:
+        raise InputError(
+            f"config {key}: {gres!r}: no node of partition {part.name!r} has it "
+            f"(sinfo lists {part.describe_gres()}); Slurm would refuse the job"
+        )
+
+
+def _check_constraint(env: str, constraint: str, part: Partition) -> None:
+    # feature names of a Slurm constraint expression: "a100&ib", "[rack1|rack2]", "big*2"
+    wanted = re.findall(r"(?<![*\w.-])[A-Za-z_][\w.-]*", constraint)
+    unknown = [f for f in wanted if f not in part.features]
+    if not wanted or unknown:
+        have = ", ".join(sorted(part.features)) or "none"
+        bad = repr(unknown[0]) if unknown else "no feature"
+        raise InputError(
+            f"config envs.{env}.slurm.constraint: {constraint!r}: {bad} is not a feature "
+            f"of partition {part.name!r} (sinfo lists {have}); Slurm would refuse the job"
+        )
+
+
+def _check_extra(env: str, extra: str, forbidden: Mapping[str, str]) -> None:
+    key = f"envs.{env}.slurm.extra"
+    try:
+        shlex.split(extra)
+    except ValueError as err:
+        raise InputError(
+            f"config {key}: {extra!r} does not parse as sbatch options: {err}"
+        ) from None
+    for pattern, what in forbidden.items():
+        if re.search(pattern, extra):
+            raise InputError(
+                f"config {key}: {extra!r} sets the {what}, which the Slurm executor sets "
+                "itself: use slurm.partition, slurm.gres, slurm.constraint, the env's "
+                "threads or the profile's resources instead"
+            )
+    if SHARING_OPTIONS.search(extra):
+        raise InputError(
+            f"config {key}: {extra!r} would let other jobs share a measurement's node; "
+            "measurements hold their node alone (--exclusive)"
+        )
+
+
+def check_envs(
+    config: Mapping, partitions: Mapping[str, Partition], forbidden: Mapping[str, str]
+) -> None:
+    """Refuse (InputError, naming key and value) a slurm block Slurm would reject.
+
+    ``partitions`` is :func:`parse_sinfo` of this cluster; ``forbidden`` maps regexes of
+    sbatch options the executor plugin manages to their names.
+    """
+    envs = slurm_envs(config)
+    if not envs:
+        raise InputError(
+            "config envs: this run goes through Slurm (cluster: slurm) but no env has a "
+            "slurm block, so no env would be measured: give each env that runs on the "
+            "cluster its partition, e.g. envs.<env>.slurm: {partition: gpu}"
+        )
+    for env in envs:
+        spec = config["envs"][env]
+        slurm = spec["slurm"]
+        if spec.get("device", "auto") == "auto":
+            raise InputError(
+                f"config envs.{env}.device: 'auto' on an env that runs through Slurm: the "
+                "submitting host cannot detect its nodes' device; set device: cpu or cuda"
+            )
+        name = slurm.get("partition")
+        part = partitions.get(name)
+        if part is None:
+            raise InputError(
+                f"config envs.{env}.slurm.partition: unknown partition {name!r}"
+                f"{suggest(str(name), partitions)}; sinfo lists "
+                f"{', '.join(sorted(partitions)) or 'none'}"
+            )
+        if slurm.get("gres"):
+            _check_gres(env, str(slurm["gres"]), part)
+        elif spec["device"] == "cuda":
+            raise InputError(
+                f"config envs.{env}.slurm.gres: missing on a cuda env: without a GPU in "
+                "its gres (e.g. 'gpu:1') a Slurm job sees no GPU; set it"
+            )
+        if slurm.get("constraint"):
+            _check_constraint(env, str(slurm["constraint"]), part)
+        if slurm.get("extra"):
+            _check_extra(env, str(slurm["extra"]), forbidden)
+        threads = spec.get("threads")
+        if threads and part.cpus and threads > max(part.cpus):
+            raise InputError(
+                f"config envs.{env}.threads: {threads} is more than any node of partition "
+                f"{name!r} has (at most {max(part.cpus)} CPUs); Slurm would refuse the job"
+            )
+
+
+def node_cpus(config: Mapping, partitions: Mapping[str, Partition]) -> dict[str, int | None]:
+    """Per slurm env, the CPUs of its partition's smallest node (its default threads)."""
+    out: dict[str, int | None] = {}
+    for env in slurm_envs(config):
+        part = partitions.get(config["envs"][env]["slurm"]["partition"])
+        out[env] = min(part.cpus) if part and part.cpus else None
+    return out
+
+
+def job_resources(slurm: Mapping | None, measurement: bool) -> dict[str, str | None]:
+    """The executor plugin's resources for a job of an env with this slurm block (None: the
+    profile's default partition).
+
+    A measurement gets ``--exclusive``: the node holds no other job while it runs, as the
+    measurement slot keeps measurements apart on one machine (gres alone would reserve the
+    GPU but share the node's CPUs, memory bandwidth and PCIe with other jobs). A None
+    value leaves the resource unset (Snakemake drops it).
+    """
+    slurm = slurm or {}
+    extra = " ".join(x for x in ("--exclusive" if measurement else "", slurm.get("extra")) if x)
+    return {
+        "slurm_partition": slurm.get("partition") or None,
+        "gres": slurm.get("gres") or None,
+        "constraint": slurm.get("constraint") or None,
+        "slurm_extra": extra or None,
+    }
+
+
+# `sacct -X -n -P -o SACCT_FORMAT` (with SLURM_TIME_FORMAT=%s): one line per job.
+SACCT_FORMAT = "JobID,Partition,State,Start,End,ElapsedRaw,WorkDir%400,Comment%400"
+
+
+def parse_sacct(text: str) -> list[dict]:
+    """Jobs from sacct's SACCT_FORMAT output: id, partition, state, start and end (Unix
+    seconds; None while unknown), elapsed seconds, workdir, and the rule and wildcards
+    that the executor plugin writes in each job's comment (``rule_{rule}_wildcards_{w}``)."""
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split("|", 7)
+        if len(fields) != 8 or not fields[0].isdigit():
+            continue
+        job_id, part, state, start, end, elapsed, workdir, comment = fields
+        rule, _, wildcards = comment.removeprefix("rule_").partition("_wildcards_")
+        jobs.append(
+            {
+                "id": int(job_id),
+                "partition": part,
+                "state": state.split()[0] if state else state,
+                "start": int(start) if start.isdigit() else None,
+                "end": int(end) if end.isdigit() else None,
+                "elapsed": int(elapsed) if elapsed.isdigit() else None,
+                "workdir": workdir,
+                "rule": rule,
+                "wildcards": wildcards,
+            }
+        )
+    return jobs
+
+
+def executor_mismatch(executor: str, config: Mapping) -> str | None:
+    """Why the executor that runs the jobs and config ``cluster`` disagree (None: they agree).
+
+    Checked when the jobs start (the executor is known only then): a --config on the
+    command line replaces the profile's, and would drop ``cluster: slurm`` silently.
+    """
+    if executor == "slurm" and not is_slurm(config):
+        return (
+            "the jobs go to Slurm (executor slurm), but config cluster is not 'slurm', so "
+            "the envs' slurm blocks (partition, gres, exclusive nodes) are not applied. Run "
+            "with --workflow-profile profiles/slurm; a --config on the command line replaces "
+            "the profile's config, so add cluster=slurm to it"
+        )
+    if executor != "slurm" and is_slurm(config):
+        return (
+            f"config cluster is 'slurm', but the executor is {executor!r}: the jobs would "
+            "run here, not on the envs' partitions. Run with --workflow-profile "
+            "profiles/slurm, or drop cluster=slurm to run here"
+        )
+    return None

@@ -1,0 +1,148 @@
+"""A user's own model: a ``module:callable`` factory, loaded, built and checked.
+
+``study.models`` entries may be a mapping ``{name, factory, image_size, num_classes,
+kwargs}``. The factory is imported from the workflow folder (the repository root,
+where ``examples/`` lives), the working directory or ``PYTHONPATH``, called with
+``kwargs`` (plus ``num_classes`` when it takes that argument) and must return an
+``nn.Module`` that trains on a ``(N, 3, S, S)`` batch into ``(N, num_classes)`` logits.
+:func:`check_factory` runs that check before any job, naming the entry in its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dnnroofline.errors import InputError
+
+# the repository root: examples.models.cifar_resnet is importable from any workdir
+WORKFLOW_ROOT = Path(__file__).resolve().parents[4]
+
+
+def _import_paths() -> None:
+    for folder in (os.getcwd(), str(WORKFLOW_ROOT)):
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+
+def model_kwargs_arg(text: str) -> dict[str, Any]:
+    """argparse ``type`` of ``--model-kwargs``: a JSON object, passed to the factory."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a JSON object")
+    return value
+
+
+def refuse_kwargs_without_factory(arch: str, factory: str | None, kwargs: Mapping | None) -> None:
+    """``--model-kwargs`` go to a ``--model-factory`` only: a torchvision model is built
+    with its defaults, and its record must not say otherwise."""
+    if kwargs and not factory:
+        raise InputError(
+            f"--model-kwargs {json.dumps(dict(kwargs))}: only for --model-factory; "
+            f"torchvision's {arch} is built with its defaults"
+        )
+
+
+def load_factory(factory: str, where: str = "--model-factory") -> Callable[..., Any]:
+    """The callable named by ``module:callable``; InputError naming ``where`` otherwise."""
+    module_name, sep, attr = factory.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{where} {factory!r}: expected 'module:callable'")
+    _import_paths()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see
+        raise InputError(
+            f"{where} {factory!r}: cannot import module {module_name!r}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(
+                f"{where} {factory!r}: module {module_name!r} has no callable {attr!r}"
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InputError(f"{where} {factory!r}: {attr!r} is not callable")
+    return obj
+
+
+def build_custom(
+    factory: str,
+    kwargs: Mapping[str, Any] | None = None,
+    num_classes: int | None = None,
+    where: str = "--model-factory",
+) -> Any:
+    """Call the factory; InputError unless it returns an ``nn.Module``."""
+    import torch
+
+    fn = load_factory(factory, where)
+    call = dict(kwargs or {})
+    if num_classes is not None and "num_classes" not in call:
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        takes = "num_classes" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
+        if takes:
+            call["num_classes"] = num_classes
+    try:
+        model = fn(**call)
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed: say how
+        raise InputError(
+            f"{where} {factory!r}: calling it with {call} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(
+            f"{where} {factory!r}: returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def check_forward(model: Any, image_size: int, num_classes: int, where: str) -> None:
+    """One forward pass of a (2, 3, S, S) batch on the CPU; the logits must be (2, classes)."""
+    import torch
+
+    shape = (2, 3, image_size, image_size)
+    model.train()
+    try:
+        with torch.no_grad():
+            out = model(torch.randn(shape))
+    except Exception as exc:  # noqa: BLE001 - a forward that fails at this size
+        raise InputError(
+            f"{where}: forward pass fails at input shape {list(shape)}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(out, tuple):  # aux-logit models: the first output is the logits
+        out = out[0]
+    got = list(getattr(out, "shape", []))
+    if got != [shape[0], num_classes]:
+        raise InputError(
+            f"{where}: forward pass at input shape {list(shape)} gives output shape {got}, "
+            f"expected [{shape[0]}, {num_classes}] (batch, num_classes)"
+        )
+
+
+def check_factory(
+    name: str,
+    factory: str,
+    kwargs: Mapping[str, Any] | None,
+    image_size: int,
+    num_classes: int,
+) -> None:
+    """Refuse a bad ``study.models`` entry before any job: InputError naming the entry."""
+    where = f"config study.models entry {name!r} (factory {factory})"
+    model = build_custom(factory, kwargs, num_classes, where=where)
+    check_forward(model, image_size, num_classes, where)
