@@ -6,7 +6,7 @@ import subprocess
 
 from snakemake.logging import logger
 
-from dnnroofline.study.config import cluster as slurm
+from dnnroofline.study import cluster as slurm
 
 
 def slurm_partitions():
