@@ -16,9 +16,10 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.measure.ceilings import PRECISIONS, build_ceilings
+from dnnroofline.measure.ceilings import build_ceilings
 from dnnroofline.measure.envinfo import DEVICES
 from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.study.precisions import PRECISIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--expect-threads", type=int, help="the env's threads per process; others are refused"
     )
+    ap.add_argument(
+        "--perf", default="perf", help="the perf binary to probe on CPU (perf.executable)"
+    )
     ap.add_argument("--out", required=True, help="output JSON path")
     args = ap.parse_args(argv)
     try:
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             args.precisions,
             quick=args.quick,
             expect_threads=args.expect_threads,
+            perf_executable=args.perf,
         )
     except InputError as exc:
         print(f"ceilings: error: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from dnnroofline.measure import gemm_sweep
+from dnnroofline.study.precisions import HALF_PRECISIONS, torch_dtype
 
 MiB = 1024**2
 #: Calls per timed repeat at most (a repeat is sized from one call's time).
@@ -91,12 +92,7 @@ def _cudnn_benchmark(device: str):
 def _dtype(precision: str):
     import torch
 
-    return {
-        "fp32": torch.float32,
-        "tf32": torch.float32,
-        "amp": torch.float16,
-        "bf16": torch.bfloat16,
-    }[precision]
+    return getattr(torch, torch_dtype(precision))
 
 
 def _time_repeats(
@@ -468,6 +464,52 @@ def _conditions(device: str, kind: str, params: dict, record: dict, nvml: Any):
     return contextlib.nullcontext()
 
 
+#: The library behind torch's convolutions, per device.
+_CONV_LIBRARY = {"cpu": "oneDNN", "cuda": "cuDNN"}
+
+
+def _run_candidate(
+    device: str, precision: str, kind: str, kw: dict, timing: dict, nvml: Any
+) -> dict:
+    """One roof candidate (a GEMM or a convolution) timed: its method, FLOPs, repeats and
+    FLOP/s with ``status`` ok, or ``unavailable``/``error`` with the reason."""
+    cand: dict = {"kind": kind, "params": kw}
+    try:
+        with _conditions(device, kind, kw, cand, nvml) as timing_context:
+            if kind == "gemm":
+                shape = {key: v for key, v in kw.items() if key != "library"}
+                res = bench_gemm(
+                    device, precision, **shape, **timing, timing_context=timing_context
+                )
+                how = "FLOPs = 2*M*N*K, rotating input sets"
+            else:
+                res = bench_conv(device, precision, **kw, **timing, timing_context=timing_context)
+                how = f"{_CONV_LIBRARY.get(device, 'MPS')}; {CONV_FLOP_NOTE}"
+    except gemm_sweep.BlasUnavailable as exc:
+        return {**cand, "status": "unavailable", "reason": str(exc)}
+    except (RuntimeError, NotImplementedError) as exc:
+        return {**cand, "status": "error", "error": str(exc)}
+    mode = (
+        f", TF32 {'on' if precision == 'tf32' else 'off'}"
+        if device == "cuda" and precision not in HALF_PRECISIONS
+        else ""
+    )
+    via = gemm_sweep.LIBRARY_NAMES.get(cand.get("library") if kind == "gemm" else None)
+    describe = _describe(kind, res) + (f" through {via}" if via else "")
+    cand.update(
+        {
+            "method": f"{describe}{mode}; {how}",
+            "flop": res["flop"],
+            "reps": res["reps"],
+            "times_s": res["times_s"],
+            "flops_best": res["flops_best"],
+            "flops_median": res["flops_median"],
+            "status": "ok",
+        }
+    )
+    return cand
+
+
 def measure_compute(
     device: str, precision: str, *, quick: bool = False, threads: int = 1, nvml: Any = None
 ) -> dict:
@@ -493,48 +535,13 @@ def measure_compute(
     else:
         timing = dict(GPU_TIMING)
     timer = "CUDA events" if device == "cuda" else "time.perf_counter after device sync"
-    mode = (
-        {"fp32": ", TF32 off", "tf32": ", TF32 on"}.get(precision, "") if device == "cuda" else ""
-    )
-    library = {"cpu": "oneDNN", "cuda": "cuDNN"}.get(device, "MPS")
-    cands: list[dict] = []
-    for kind, kw in compute_candidates(
-        device, precision, quick=quick, probe_flops=probe and probe["flops_best"]
-    ):
-        cand: dict = {"kind": kind, "params": kw}
-        try:
-            with _conditions(device, kind, kw, cand, nvml) as timing_context:
-                if kind == "gemm":
-                    shape = {key: v for key, v in kw.items() if key != "library"}
-                    res = bench_gemm(
-                        device, precision, **shape, **timing, timing_context=timing_context
-                    )
-                    how = "FLOPs = 2*M*N*K, rotating input sets"
-                else:
-                    res = bench_conv(
-                        device, precision, **kw, **timing, timing_context=timing_context
-                    )
-                    how = f"{library}; {CONV_FLOP_NOTE}"
-        except gemm_sweep.BlasUnavailable as exc:
-            cands.append({**cand, "status": "unavailable", "reason": str(exc)})
-            continue
-        except (RuntimeError, NotImplementedError) as exc:
-            cands.append({**cand, "status": "error", "error": str(exc)})
-            continue
-        via = gemm_sweep.LIBRARY_NAMES.get(cand.get("library") if kind == "gemm" else None)
-        describe = _describe(kind, res) + (f" through {via}" if via else "")
-        cand.update(
-            {
-                "method": f"{describe}{mode}; {how}",
-                "flop": res["flop"],
-                "reps": res["reps"],
-                "times_s": res["times_s"],
-                "flops_best": res["flops_best"],
-                "flops_median": res["flops_median"],
-                "status": "ok",
-            }
+    library = _CONV_LIBRARY.get(device, "MPS")
+    cands = [
+        _run_candidate(device, precision, kind, kw, timing, nvml)
+        for kind, kw in compute_candidates(
+            device, precision, quick=quick, probe_flops=probe and probe["flops_best"]
         )
-        cands.append(cand)
+    ]
     ok = [c for c in cands if "flops_best" in c]
     if not ok:
         errors = "; ".join(str(c.get("error") or c.get("reason")) for c in cands)

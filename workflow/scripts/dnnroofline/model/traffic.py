@@ -48,14 +48,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.precisions import HALF_PRECISIONS, require_known
 
 #: param: a weight (its gradient rows are ``param_grad``); act: a float activation;
 #: act_grad: an activation's gradient; input: the fp32 image batch; other: integer or
 #: bool tensors (max-pool indices, masks), buffers (batch-norm running stats) and
 #: frozen weights (read, but no gradient written).
 KINDS = ("param", "param_grad", "act", "act_grad", "input", "other")
-HALF_PRECISIONS = ("amp", "bf16")
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 PHASES = ("forward", "backward")
 #: Ops whose backward runs one GEMM-like kernel per gradient (dgrad, wgrad, bias).
 GRADIENT_PER_KERNEL_OPS = re.compile(
@@ -161,8 +160,7 @@ def layer_bytes(
     table: Sequence[Sequence], *, precision: str = "fp32", phases: Iterable[str] = PHASES
 ) -> int:
     """Bytes the forward and/or backward ops move under the model (every access)."""
-    if precision not in PRECISIONS:
-        raise InputError(f"precision {precision!r}: choose from {', '.join(PRECISIONS)}")
+    require_known(precision)
     phases = tuple(phases)
     bad = [p for p in phases if p not in PHASES]
     if bad:

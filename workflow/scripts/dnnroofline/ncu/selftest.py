@@ -24,12 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.precisions import COMPUTE_DTYPE, TORCH_DTYPE, require_known
 
 FLOP_TOLERANCE = 0.02
 DRAM_TOLERANCE = 0.10
-
-#: The GEMM's compute precision for each study precision (amp is fp16 autocast).
-GEMM_PRECISION = {"fp32": "fp32", "tf32": "tf32", "amp": "fp16", "bf16": "bf16"}
 
 GEMM_SIZE = 4096  # M = N = K: 1.37e11 FLOPs, tens of ms even in fp32 on a T4
 COPY_BYTES = 512 * 2**20  # 512 MiB read + 512 MiB written: ten times any L2
@@ -43,9 +41,7 @@ def cases_for(study_precisions: Sequence[str]) -> list[dict]:
     """The self-test cases for a study's precisions: one GEMM each, then the copy."""
     gemms = []
     for p in study_precisions:
-        if p not in GEMM_PRECISION:
-            raise InputError(f"self-test: unknown precision {p!r} (use {sorted(GEMM_PRECISION)})")
-        g = GEMM_PRECISION[p]
+        g = COMPUTE_DTYPE[require_known(p, "self-test")]
         if g not in gemms:
             gemms.append(g)
     cases = [
@@ -133,7 +129,7 @@ def evaluate(
     copy = by_case.get("copy")
     verdicts = {}
     for p in study_precisions:
-        gemm = by_case.get(case_name("gemm", GEMM_PRECISION[p]))
+        gemm = by_case.get(case_name("gemm", COMPUTE_DTYPE[p]))
         failed = [r for r in (gemm, copy) if r is None or not r["ok"]]
         reasons = []
         for r in failed:
@@ -143,7 +139,7 @@ def evaluate(
                 reasons.append(r["reason"] or f"{r['case']} failed")
         verdicts[p] = {
             "trusted": not failed,
-            "gemm_case": case_name("gemm", GEMM_PRECISION[p]),
+            "gemm_case": case_name("gemm", COMPUTE_DTYPE[p]),
             "reason": "; ".join(reasons) or None,
         }
     return {
@@ -199,8 +195,6 @@ def verdict_for(selftest: Mapping | None, precision: str, where: str = "selftest
 
 # --------------------------------------------------------------------------- the known kernels
 
-_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
 
 def driver_argv(python: str, script: str, case: Mapping) -> list[str]:
     """The command that runs one case (``--profile-step --out`` are added by the ncu stage)."""
@@ -219,12 +213,12 @@ def known_op(case: Mapping, device) -> Callable[[], None]:
 
     if case["kind"] == "gemm":
         prec = case["precision"]
-        if prec not in _DTYPES:
-            raise InputError(f"self-test GEMM precision {prec!r}: use one of {sorted(_DTYPES)}")
+        if prec not in TORCH_DTYPE:
+            raise InputError(f"self-test GEMM dtype {prec!r}: use one of {sorted(TORCH_DTYPE)}")
         # fp32 means CUDA cores: TF32 off for matmul; tf32 means tensor cores.
         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        dtype = getattr(torch, _DTYPES[prec])
+        dtype = getattr(torch, TORCH_DTYPE[prec])
         a = torch.randn(case["m"], case["k"], device=device, dtype=dtype)
         b = torch.randn(case["k"], case["n"], device=device, dtype=dtype)
         c = torch.empty(case["m"], case["n"], device=device, dtype=dtype)

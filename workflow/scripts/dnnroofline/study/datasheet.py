@@ -31,13 +31,13 @@ import re
 from dataclasses import dataclass, field
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS, supported
 
 T = 1e12  # TFLOP/s
 GBS = 1e9  # GB/s
 
-#: Pipeline precision -> datasheet column.
-PRECISION_COLUMN: dict[str, str] = {"fp32": "fp32", "tf32": "tf32", "amp": "fp16", "bf16": "bf16"}
-#: Human description of each column, for citations and notes.
+#: Human description of each column (a study precision's column: its compute dtype,
+#: precisions.COMPUTE_DTYPE), for citations and notes.
 COLUMN_DESCRIPTION: dict[str, str] = {
     "fp64": "FP64 (CUDA cores)",
     "fp32": "FP32 (CUDA cores, non-tensor)",
@@ -75,12 +75,12 @@ class GpuPeaks:
     notes: str = ""
 
     def flops(self, precision: str) -> float | None:
-        """Peak FLOP/s for a pipeline precision (fp32|tf32|amp|bf16) or a column name."""
-        col = PRECISION_COLUMN.get(precision, precision)
+        """Peak FLOP/s for a study precision (amp reads the fp16 column) or a column name."""
+        col = COMPUTE_DTYPE.get(precision, precision)
         if col not in COLUMN_DESCRIPTION:
             raise InputError(
-                f"unknown precision {precision!r}: expected one of "
-                f"{sorted(PRECISION_COLUMN) + ['fp16', 'fp64']}"
+                f"unknown precision {precision!r}: expected a study precision "
+                f"({', '.join(PRECISIONS)}) or a datasheet column ({', '.join(COLUMN_DESCRIPTION)})"
             )
         return getattr(self, col)
 
@@ -89,7 +89,7 @@ class GpuPeaks:
         if precision is None:
             what = f"memory bandwidth {self.mem_bw / GBS:,.0f} GB/s"
         else:
-            col = PRECISION_COLUMN.get(precision, precision)
+            col = COMPUTE_DTYPE.get(precision, precision)
             val = getattr(self, col)
             shown = "n/a" if val is None else f"{val / T:g} TFLOP/s"
             what = f"{COLUMN_DESCRIPTION[col]} {shown}"
@@ -168,12 +168,6 @@ GPU_PEAKS: tuple[GpuPeaks, ...] = (
 )
 # fmt: on
 
-_BY_KEY = {g.key: g for g in GPU_PEAKS}
-
-
-def gpu_by_key(key: str) -> GpuPeaks:
-    return _BY_KEY[key]
-
 
 def lookup_gpu(name: str | None) -> GpuPeaks | None:
     """The datasheet row for a torch/NVML device name, or None for an unknown GPU.
@@ -217,7 +211,7 @@ def lookup_gpu(name: str | None) -> GpuPeaks | None:
 # below the turbo clock: the peak is then low and a measured point may exceed it
 # (flagged, never hidden).
 
-CPU_CITATION_BASE = "derived: cores x clock x FLOP/cycle/core (README, Method: Ceilings)"
+CPU_CITATION_BASE = "derived: cores x clock x FLOP/cycle/core (docs/method.md, Ceilings)"
 
 
 @dataclass(frozen=True)
@@ -236,14 +230,14 @@ def cpu_flop_per_cycle(
     family: int | None = None,
     model: int | None = None,
 ) -> CpuFlopRate | None:
-    """FLOP per cycle per core for ``precision`` (fp32|bf16) from ISA flags and CPU family.
+    """FLOP per cycle per core for ``precision`` from ISA flags and CPU family.
 
-    Returns None for precisions a CPU has no path for (tf32, amp).
+    Returns None for precisions a CPU has no path for (precisions.supported("cpu")).
     """
     fl = {f.lower() for f in flags}
     arch_l = arch.lower()
     is_amd = "amd" in vendor.lower()
-    if precision not in ("fp32", "bf16"):
+    if precision not in supported("cpu"):
         return None
 
     if arch_l in ("aarch64", "arm64", "armv8", "arm_8"):
