@@ -7,7 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from dnnroofline.report import all_sections
+from dnnroofline.report.sections import all_sections
+from dnnroofline.study.config import Study
 
 EVIL = "CUDA out of memory <script>alert(1)</script>"
 
@@ -26,6 +27,12 @@ def make_config(runs: int = 3, envs: dict | None = None) -> dict:
             "data": "synthetic",
         },
     }
+
+
+def study_matrix(config: dict) -> list[dict]:
+    """results/study_matrix.json of ``config``, expanded as the rules expand it."""
+    study = Study(config, machine_device="cpu", cpu_flags=[])
+    return [{**r.record(), "measured_here": r.env in study.measure_envs} for r in study.runs()]
 
 
 def _row(env, model, bs, run, ips, cv=0.01, status="ok", message=None, wait=0.0):
@@ -251,6 +258,7 @@ def inputs():
         "complexity": make_complexity(),
         "ceilings": make_ceilings(),
         "env_infos": make_env_infos(),
+        "expected_runs": study_matrix(make_config()),
     }
 
 

@@ -32,6 +32,7 @@ from dnnroofline.ncu.profile import (
     prepare_driver_argv,
     query_metrics_command,
 )
+from dnnroofline.study.identity import identity_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"
@@ -396,7 +397,15 @@ def make_fake_ncu(tmp_path):
 
 
 def run_stage(
-    tmp_path, ncu, *extra, mode="ok", query=None, csv=H100_RAW, reject=(), step_csv=STEP_RAW
+    tmp_path,
+    ncu,
+    *extra,
+    mode="ok",
+    query=None,
+    csv=H100_RAW,
+    reject=(),
+    step_csv=STEP_RAW,
+    driver=DRIVER,
 ):
     env = dict(os.environ)
     env.update(
@@ -420,7 +429,7 @@ def run_stage(
             str(out / "gpu_resnet50_bf16_bs32.json"),
             *extra,
             "--",
-            *DRIVER,
+            *driver,
         ],
         capture_output=True,
         text=True,
@@ -459,6 +468,18 @@ def test_stage_without_ncu_is_unavailable_not_a_crash(tmp_path):
     assert csv_path.exists() and "not found" in csv_path.read_text()
     with pytest.raises(InputError, match="not found"):  # the note reads as "no table"
         parse_ncu_csv(csv_path)
+
+
+def test_a_failed_capture_still_names_its_run(tmp_path):
+    """No driver JSON (ncu never ran it): the run's identity comes from the driver's own
+    command, so the report still places the capture's 'unavailable' note on its point."""
+    _, r, _ = run_stage(tmp_path, "/nonexistent/ncu", driver=[*DRIVER, "--env", "gpu"])
+    assert r["driver_run"] == {
+        "status": None,
+        "env": "gpu",
+        "config": {"arch": "resnet50", "precision": "bf16", "batch_size": 32},
+    }
+    assert identity_of(r, "capture") == ("gpu", "resnet50", "bf16", 32)
 
 
 def test_stage_with_a_name_not_on_path(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,11 @@ from report_fixtures import (
     make_env_infos,
     make_metrics,
     make_points,
+    study_matrix,
 )
 
-from dnnroofline.report import SECTION_FILES, all_sections
+from dnnroofline.report import SECTION_FILES
+from dnnroofline.report.sections import all_sections
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "workflow" / "scripts" / "write_report_sections.py"
@@ -41,7 +44,7 @@ def test_html_is_escaped(sections):
 
 def test_empty_inputs_do_not_crash():
     cfg = make_config()
-    sections = all_sections(cfg, pd.DataFrame(), pd.DataFrame())
+    sections = all_sections(cfg, pd.DataFrame(), pd.DataFrame(), expected_runs=study_matrix(cfg))
     assert "No successful runs yet" in sections["measurement.html"]
     assert "No roofline points yet" in sections["roofline.html"]
     assert "12 of 12 expected runs are absent" in sections["analysis.html"]
@@ -77,9 +80,8 @@ def test_cli_writes_all_six_files(tmp_path):
     (res / "local" / "ceilings.json").write_text(json.dumps(ceil))
     (res / "local" / "env_info.json").write_text(json.dumps(make_env_infos()["local"]))
     expected = tmp_path / "expected.json"
-    expected.write_text(
-        json.dumps(["local_resnet50_fp32_bs8_run1", "local_resnet50_fp32_bs8_run9"])
-    )
+    run = {"env": "local", "model": "resnet50", "precision": "fp32", "batch_size": 8}
+    expected.write_text(json.dumps([{**run, "run": 1}, {**run, "run": 9}]))
     out = tmp_path / "sections"
     proc = subprocess.run(
         [
@@ -239,3 +241,24 @@ def test_report_front_page_names_the_models_and_their_own_batch_sizes():
     text = " ".join(template.render(snakemake=types.SimpleNamespace(config=config)).split())
     assert "Envs: h100. Models: resnet50, resnet18; precisions: fp32, amp;" in text
     assert "batch sizes: 128 (resnet50: 64, 256); 3 repeats of 30" in text
+
+
+def test_the_sections_are_listed_once_and_the_rules_read_that_list():
+    from dnnroofline.report import SECTION_NAMES, SECTIONS
+    from dnnroofline.report.sections import BUILDERS
+
+    assert list(BUILDERS) == list(SECTION_NAMES)
+    assert tuple(f"{name}.html" for name in SECTION_NAMES) == SECTION_FILES
+    for name, category in SECTIONS:
+        assert (REPO / "report" / f"{name}.rst").is_file(), name
+        assert category.split(". ", 1)[0].isdigit(), category
+    rules = "".join((REPO / "rules" / f).read_text() for f in ("report.smk", "common.smk"))
+    for name in SECTION_NAMES:  # no rule spells a section out again
+        assert f'"{name}"' not in rules and f"{name}.html" not in rules, name
+
+
+def test_the_report_builds_no_html_in_python():
+    tag = re.compile(r"<(p|div|ul|li|h[1-6]|span|strong|code|table|tr|td)\b")
+    for path in sorted((REPO / "workflow/scripts/dnnroofline/report").glob("*.py")):
+        found = [n for n, line in enumerate(path.read_text().splitlines(), 1) if tag.search(line)]
+        assert not found, f"{path.name}: HTML at lines {found}: move it into a template"

@@ -18,9 +18,9 @@ from report_fixtures import (
     two_env_inputs,
 )
 
+from dnnroofline.model.levers import short_lever
 from dnnroofline.report import data, memory
 from dnnroofline.report.analysis import analysis_section, point
-from dnnroofline.report.compare import short_lever
 from dnnroofline.report.data import throughput_table
 from dnnroofline.report.design import design_section
 from dnnroofline.report.render import ENV
@@ -115,10 +115,11 @@ def test_missing_runs_listed(inputs, sections):
 
 
 def test_missing_runs_from_expected_list(inputs):
+    run = {"model": "resnet50", "precision": "fp32", "run": 1}
     expected = [
-        {"run_id": "local_resnet50_fp32_bs8_run1", "env": "local"},
-        {"run_id": "gcp_l4_resnet50_fp32_bs8_run1", "env": "gcp_l4"},
-        "local_resnet50_fp32_bs32_run1",
+        {**run, "env": "local", "batch_size": 8},
+        {**run, "env": "gcp_l4", "batch_size": 8},
+        {**run, "env": "local", "batch_size": 32},
     ]
     html = analysis_section(
         inputs["config"],
@@ -139,9 +140,10 @@ def test_missing_runs_from_expected_list(inputs):
 def test_missing_runs_with_study_matrix_flags(inputs):
     """study_matrix.json marks runs measured here; others come from another machine."""
     cfg = make_config(envs={"local": {"device": "cpu", "threads": 2}, "gcp_l4": {"device": "cuda"}})
+    run = {"model": "resnet50", "precision": "fp32", "batch_size": 8}
     expected = [
-        {"run_id": "local_resnet50_fp32_bs8_run4", "env": "local", "measured_here": True},
-        {"run_id": "gcp_l4_resnet50_fp32_bs8_run1", "env": "gcp_l4", "measured_here": False},
+        {**run, "env": "local", "run": 4, "measured_here": True},
+        {**run, "env": "gcp_l4", "run": 1, "measured_here": False},
     ]
     html = analysis_section(cfg, inputs["metrics"], inputs["points"], expected_runs=expected)
     missing = html[html.index("<h2>Missing runs") :]

@@ -9,7 +9,6 @@ from report_fixtures import _point, _row
 from dnnroofline.formatting import fmt_bytes, fmt_flops_rate, fmt_pct, fmt_time
 from dnnroofline.report import data
 from dnnroofline.report.data import (
-    parse_run_id,
     pick_roof,
     prepare_points,
     throughput_table,
@@ -55,21 +54,6 @@ def test_points_without_ok_runs_are_dropped():
         ]
     )
     assert list(prepare_points(pts)["batch_size"]) == [8]
-
-
-def test_parse_run_id_with_underscores():
-    d = parse_run_id(
-        "gcp_l4_mobilenet_v2_bf16_bs32_run2", ["gcp_l4", "gcp"], ["mobilenet_v2", "mobilenet"]
-    )
-    assert d == {
-        "env": "gcp_l4",
-        "model": "mobilenet_v2",
-        "precision": "bf16",
-        "batch_size": 32,
-        "run": 2,
-        "run_id": "gcp_l4_mobilenet_v2_bf16_bs32_run2",
-    }
-    assert parse_run_id("other_resnet50_fp32_bs8_run1", ["gcp_l4"], ["resnet50"]) is None
 
 
 def test_roof_selection_is_the_roofline_modules():

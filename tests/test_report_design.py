@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-from report_fixtures import make_complexity, make_config, make_points, table_row
+from report_fixtures import make_complexity, make_config, make_points, study_matrix, table_row
 
-from dnnroofline.report import all_sections
 from dnnroofline.report.design import design_section
+from dnnroofline.report.sections import all_sections
 
 
 def test_hypothesis_and_verdict(sections):
@@ -75,6 +75,12 @@ def test_models_at_their_own_batch_sizes_shape_the_matrix_and_the_commands(input
         "resnet50": [8],
         "mobilenet_v2": [8, 16],
     }
+    config = make_config()
+    config["study"]["models"] = [
+        {"name": "resnet50", "batch_sizes": [8]},
+        {"name": "mobilenet_v2", "batch_sizes": [8, 16]},
+    ]
+    inputs["expected_runs"] = study_matrix(config)  # the matrix the rules expand
     sections = all_sections(**inputs)
     design = sections["design.html"]
     assert table_row(design, "batch sizes", "resnet50: 8; mobilenet_v2: 8, 16")

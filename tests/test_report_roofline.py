@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from report_fixtures import block, make_ceilings, table_row
 
-from dnnroofline.report import all_sections
 from dnnroofline.report.roofline import roofline_section
+from dnnroofline.report.sections import all_sections
 
 
 def test_roofline_ceilings_measured_vs_datasheet(sections):

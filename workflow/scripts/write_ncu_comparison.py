@@ -5,9 +5,9 @@
         --complexity results/complexity/*.json --envs local gcp_l4 \
         [--ceilings results/*/ceilings.json] --out results/report_sections/ncu_vs_analytic.html
 
-Parsed ncu files are keyed by their name ``{env}_{model}_{precision}_bs{batch}.json``,
-matched against the envs given and the models and batch sizes of the complexity
-files (underscores in names are never split). ``--ncu`` may be empty (a CPU-only
+Parsed ncu files are keyed by the run identity they hold (``env`` and the driver's
+``config``), matched against the envs given and the models and batch sizes of the
+complexity files; never by their name. ``--ncu`` may be empty (a CPU-only
 study): the page then says there is no ncu data and how to get it. With ``--ceilings``
 each capture also names its kernels that beat their class's measured roof.
 """
@@ -36,12 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         complexity = key_complexity((p, read_json(p)) for p in args.complexity)
-        by_stem = {Path(p).name.removesuffix(".json"): p for p in args.ncu}
         models = {m for m, _ in complexity}
         batches = {b for _, b in complexity}
-        matched, unmatched = key_ncu_files(by_stem, args.envs, models, batches)
-        docs = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
-        sources = {key: by_stem[stem] for stem, key in matched.items()}
+        captures = ((path, read_json(path)) for path in args.ncu)
+        matched, unmatched = key_ncu_files(captures, args.envs, models, batches)
+        docs = {key: doc for key, (_, doc) in matched.items()}
+        sources = {key: path for key, (path, _) in matched.items()}
         rows = comparison_rows(docs, complexity, sources)
         ceilings, _ = key_ceilings((path, read_json(path)) for path in args.ceilings)
         above = above_by_capture(docs, ceilings)
@@ -53,14 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.selftest:
             doc = read_json(path)
             selftests[doc.get("env") or Path(path).parent.parent.name] = doc
-        page = comparison_page(rows, [by_stem[s] for s in unmatched], selftests)
+        page = comparison_page(rows, unmatched, selftests)
         write_text_atomic(args.out, page)
     except InputError as exc:
         print(f"write_ncu_comparison: error: {exc}", file=sys.stderr)
         return 2
-    for stem in unmatched:
+    for path in unmatched:
         print(
-            f"write_ncu_comparison: warning: {by_stem[stem]} matches no configured "
+            f"write_ncu_comparison: warning: {path} matches no configured "
             "(env, model, precision, batch); left out",
             file=sys.stderr,
         )

@@ -8,12 +8,12 @@
         [--runs results/*/runs/*.json] [--lock requirements.lock] \\
         --outdir results/report_sections
 
-Writes design.html, complexity.html, measurement.html, roofline.html,
-analysis.html and reproducibility.html into ``--outdir``, each atomically.
+Writes one page per report section (``dnnroofline.report.SECTIONS``, e.g. design.html)
+into ``--outdir``, each atomically.
 ``--config`` is the study's YAML, or a JSON dump of the resolved config.
-``--expected-runs`` is a JSON list of run ids, or of objects with ``run_id``
-(and ``env``, ``model``, ``precision``, ``batch_size``, ``run``); without it the
-expected runs are derived from the config. ``--runs`` (the run JSONs) adds the
+``--expected-runs`` is the study's matrix (results/study_matrix.json): a JSON list of
+objects with ``env``, ``model``, ``precision``, ``batch_size`` and ``run``; without it
+the runs in the ledger are the runs expected. ``--runs`` (the run JSONs) adds the
 per-step time distribution of every run to the measurement section. ``--lock``
 (the hashed lock file) makes the reproducibility section compare each env's
 installed package versions (env_info.json ``packages``) with it.
@@ -32,7 +32,8 @@ import yaml
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_text_atomic
 from dnnroofline.lockfile import parse_lock
-from dnnroofline.report import SECTION_FILES, all_sections
+from dnnroofline.report import SECTION_FILES
+from dnnroofline.report.sections import all_sections
 from dnnroofline.study.cost import read_benchmark
 
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--complexity", nargs="*", default=[], help="results/complexity/*.json")
     ap.add_argument("--ceilings", nargs="*", default=[], help="results/*/ceilings.json")
     ap.add_argument("--env-info", nargs="*", default=[], help="results/*/env_info.json")
-    ap.add_argument("--expected-runs", help="JSON list of expected run ids (optional)")
+    ap.add_argument("--expected-runs", help="the study matrix: JSON list of runs (optional)")
     ap.add_argument("--runs", nargs="*", default=[], help="results/*/runs/*.json (optional)")
     ap.add_argument(
         "--benchmarks", nargs="*", default=[], help="Snakemake benchmark TSVs (optional)"
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             expected = _load_json(args.expected_runs, "--expected-runs")
             if not isinstance(expected, list):
                 raise InputError(
-                    f"--expected-runs: {args.expected_runs} must hold a JSON list of run ids"
+                    f"--expected-runs: {args.expected_runs} must hold a JSON list of runs"
                 )
     except InputError as exc:
         print(f"write_report_sections: error: {exc}", file=sys.stderr)

@@ -2,11 +2,12 @@
 against the runs they describe.
 
 Complexity JSONs are keyed by (model, batch), ceilings by env, parsed ncu and perf JSONs
-by their ``{env}_{model}_{precision}_bs{batch}`` name matched against the known groups.
+and trace tables by the run identity they hold (:func:`dnnroofline.study.identity.identity_of`),
+never by their file name.
 A file that describes another step or machine than the runs (roofs measured on other
 threads, a FLOP count at another image size) is refused, naming it: placed together,
 the two would give a wrong point with nothing to say so. Used by
-:mod:`dnnroofline.aggregate.metrics` and the stages that read these files.
+:mod:`dnnroofline.aggregate.points` and the stages that read these files.
 """
 
 from __future__ import annotations
@@ -16,20 +17,17 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.identity import (
+    Identity,
+    ceilings_path,
+    complexity_path,
+    identity_of,
+    run_path,
+)
 
 
 def _field(doc: object, key: str) -> object:
     return doc.get(key) if isinstance(doc, Mapping) else None
-
-
-def ncu_stem(env: str, model: str, precision: str, batch_size: int) -> str:
-    """File stem of a parsed ncu JSON: ``{env}_{model}_{precision}_bs{batch}``."""
-    return f"{env}_{model}_{precision}_bs{int(batch_size)}"
-
-
-def ceilings_path(env: str) -> str:
-    """The contract path of an env's ceilings file (used in messages)."""
-    return f"results/{env}/ceilings.json"
 
 
 def key_complexity(docs: Iterable[tuple[str, Mapping]]) -> dict[tuple[str, int], Mapping]:
@@ -61,27 +59,34 @@ def key_ceilings(docs: Iterable[tuple[str, Mapping]]) -> tuple[dict[str, Mapping
     return out, sources
 
 
-def match_ncu_stems(
-    stems: Iterable[str], groups: Iterable[tuple[str, str, str, int]]
-) -> tuple[dict[str, tuple[str, str, str, int]], list[str]]:
-    """Map ncu file stems ``{env}_{model}_{precision}_bs{batch}`` to group keys.
+def key_by_identity(
+    docs: Iterable[tuple[str, Mapping]], groups: Iterable[tuple[str, str, str, int]]
+) -> tuple[dict[Identity, tuple[str, Mapping]], list[str]]:
+    """Key parsed ncu or perf JSONs, or trace tables, to the run groups they describe.
 
-    Names are matched against the known groups rather than split on ``_``
-    (env and model names may contain underscores). Returns (matched, unmatched).
+    The identity is read from each file's content. A file that failed (``status`` not
+    ``ok``) and holds no identity has nothing to give a point and is passed over; one
+    that is ok without it is refused, naming it. Returns ({group: (source, doc)}, the
+    sources that match no group or were passed over).
     """
-    expected: dict[str, tuple[str, str, str, int]] = {}
-    for key in groups:
-        key = (key[0], key[1], key[2], int(key[3]))
-        stem = ncu_stem(*key)
-        if stem in expected and expected[stem] != key:
-            raise InputError(f"ncu file name {stem!r} is ambiguous: {expected[stem]} and {key}")
-        expected[stem] = key
-    matched, unmatched = {}, []
-    for stem in stems:
-        if stem in expected:
-            matched[stem] = expected[stem]
-        else:
-            unmatched.append(stem)
+    known = {Identity(e, m, p, int(b)) for e, m, p, b in groups}
+    matched: dict[Identity, tuple[str, Mapping]] = {}
+    unmatched: list[str] = []
+    for where, doc in docs:
+        failed = isinstance(doc, Mapping) and doc.get("status") not in (None, "ok")
+        try:
+            key = identity_of(doc, where)
+        except InputError:
+            if failed:
+                unmatched.append(where)
+                continue
+            raise
+        if key not in known:
+            unmatched.append(where)
+            continue
+        if key in matched:
+            raise InputError(f"{key} is described twice: {matched[key][0]} and {where}")
+        matched[key] = (where, doc)
     return matched, unmatched
 
 
@@ -123,7 +128,7 @@ def check_runs_match_complexity(
 ) -> None:
     """Refuse ok runs of another step than the one their complexity file counts.
 
-    A point's FLOPs come from ``results/complexity/{model}_bs{batch}.json`` and its time
+    A point's FLOPs come from the config's complexity JSON and its time
     from the runs: runs copied from a study at 224 px, placed under a count at 128 px,
     would show about a third of their real FLOP/s. Image size and classes must agree.
     """
@@ -136,10 +141,10 @@ def check_runs_match_complexity(
             ran, counted = run[key], doc.get(key)
             if pd.isna(ran) or counted is None or int(ran) == int(counted):
                 continue
+            counted_in = complexity_path(run["model"], int(run["batch_size"]))
             raise InputError(
-                f"results/{run['env']}/runs/{run['run_id']}.json ran {run['model']} with "
-                f"{key} {int(ran)}, but results/complexity/{run['model']}_bs"
-                f"{int(run['batch_size'])}.json counts {key} {counted}: the point's FLOPs "
+                f"{run_path(run['env'], run['run_id'])} ran {run['model']} with "
+                f"{key} {int(ran)}, but {counted_in} counts {key} {counted}: the point's FLOPs "
                 f"would be another step's. Give the model the runs' {key} (study.{key}, or "
                 "its study.models entry) and run snakemake again"
             )

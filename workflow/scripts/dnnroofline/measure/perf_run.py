@@ -44,11 +44,18 @@ def _events(chosen: dict) -> list[str]:
     return list(chosen["flop"]) + list(chosen["dram"])
 
 
+def resolved_executable(executable: str) -> str:
+    """The perf binary that ``executable`` names: its full path where it is found, else
+    the name as given (a probe of a missing perf says so)."""
+    return shutil.which(executable) or executable
+
+
 def probe(executable: str = "perf") -> dict:
     """Whether perf can count FLOPs and DRAM bytes on this machine, and why not.
 
-    Returns ``{"status": "ok" | "unavailable", "reason", "perf", "events", "output"}``:
-    ``events`` the chosen FLOP and DRAM events, ``output`` perf's own probe output.
+    Returns ``{"status": "ok" | "unavailable", "reason", "perf", "executable", "events",
+    "output"}``: ``executable`` the binary probed (:func:`resolved_executable`), ``events``
+    the chosen FLOP and DRAM events, ``output`` perf's own probe output.
     """
     exe = shutil.which(executable)
     if exe is None:
@@ -57,6 +64,7 @@ def probe(executable: str = "perf") -> dict:
             "reason": f"perf not found ({executable!r} is not on PATH; install linux-perf / "
             "linux-tools for the running kernel)",
             "perf": None,
+            "executable": executable,
             "events": None,
             "output": None,
         }
@@ -84,9 +92,19 @@ def probe(executable: str = "perf") -> dict:
         "status": "unavailable" if reason else "ok",
         "reason": reason,
         "perf": version.strip() or None,
+        "executable": exe,
         "events": chosen,
         "output": out.strip()[:4000],
     }
+
+
+def probe_for(executable: str, recorded: object = None) -> dict:
+    """The probe of ``executable``: ``recorded`` (the env's, from ceilings.json) where it
+    probed that very binary, else a new probe. Events chosen on one perf binary are
+    never used with another."""
+    if isinstance(recorded, dict) and recorded.get("executable") == resolved_executable(executable):
+        return recorded
+    return probe(executable)
 
 
 def profile(
@@ -120,7 +138,7 @@ def profile(
     if iters_long <= iters_short:
         raise ValueError("iters_long must exceed iters_short")
     chosen = probe_result["events"]
-    exe = shutil.which(executable) or executable
+    exe = resolved_executable(executable)
     counts, outputs = [], []
     with tempfile.TemporaryDirectory(prefix="perf-") as tmp:
         for n in (iters_short, iters_long):
@@ -165,6 +183,8 @@ def profile(
         "flop_per_step": flop_step,
         "dram_bytes_per_step": dram_step,
         "ai": flop_step / dram_step if ok else None,
+        # the long run's env and config: the file's run identity (study.identity.identity_of)
+        "driver_run": {"env": run.get("env"), "config": run.get("config")},
         "method": (
             f"perf stat -x, over the driver at --iters {iters_short} and {iters_long} (same "
             f"warm-up); per-step = difference / {steps}. FLOP events: "

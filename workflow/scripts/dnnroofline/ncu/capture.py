@@ -147,7 +147,26 @@ def read_driver_run(path: Path) -> dict | None:
         run = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return {"status": run.get("status"), "message": run.get("message"), "config": run.get("config")}
+    # env and config: the capture's run identity (dnnroofline.study.identity.identity_of)
+    keep = ("status", "message", "env", "config")
+    return {key: run.get(key) for key in keep}
+
+
+#: The driver's flags that name its run: the identity of a capture whose driver wrote nothing.
+_IDENTITY_FLAGS = {"--env": "env", "--arch": "arch", "--precision": "precision"}
+
+
+def command_identity(driver: list[str]) -> dict:
+    """The run a driver command measures, as a run record names it (``env`` and ``config``):
+    a capture that failed before the driver wrote its JSON still says which run it was."""
+    found: dict = {}
+    for flag, value in zip(driver, driver[1:], strict=False):
+        if flag in _IDENTITY_FLAGS:
+            found[_IDENTITY_FLAGS[flag]] = value
+        elif flag == "--batch-size" and value.isdigit():
+            found["batch_size"] = int(value)
+    config = {k: found[k] for k in ("arch", "precision", "batch_size") if k in found}
+    return {"status": None, "env": found.get("env"), "config": config}
 
 
 def write_driver_run(path: str | None, text: str | None, why: str) -> None:
@@ -480,6 +499,7 @@ def capture(req: CaptureRequest) -> dict:
         if "step" not in info["passes"]:
             write_text_atomic(req.step_csv, note_csv(f"step pass not run: {stop.message}"))
         result = failure_json(req.csv_out, stop.status, stop.reason, stop.message, info)
+        result["driver_run"] = command_identity(req.driver)
         write_json_atomic(req.json_out, result)
         write_driver_run(
             req.driver_run_out,
@@ -539,7 +559,7 @@ def _capture(req: CaptureRequest, info: dict) -> dict:
         **combined,
         "step_source_file": req.step_csv,
         "ncu": info,
-        "driver_run": kernel["driver_run"],
+        "driver_run": kernel["driver_run"] or command_identity(req.driver),
         "step_driver_run": step["driver_run"] if step is not None else None,
     }
     write_text_atomic(req.csv_out, kernel["csv_text"])

@@ -1,114 +1,30 @@
 """The report: one module per section, each computing its facts as plain data, worded by
 a Jinja2 template in ``templates/`` (autoescaped; base.html holds the style sheet).
 
-Pure logic: no file I/O, no Snakemake. ``write_report_sections.py`` reads the
-files and writes what :func:`all_sections` returns.
-
-Inputs (see docs/contracts.md):
-
-- ``config``: the study config (``envs``, ``study``), as loaded from YAML.
-- ``metrics``: ``results/metrics.csv`` as a DataFrame, one row per run.
-- ``points``: ``results/roofline_points.csv`` as a DataFrame.
-- ``complexity``: the complexity JSONs (a list of dicts, or a dict of them).
-- ``ceilings``: ``{env: ceilings JSON}`` (or a list of dicts with ``env``).
-- ``env_infos``: ``{env: env_info JSON}`` (or a list of dicts with ``env``).
-- ``expected_runs``: optional list of run ids, or of dicts with ``run_id``
-  (and ``env`` ...). Without it the expected matrix is derived from the config.
-- ``runs``: optional run JSONs (``step_time_s.all``): the per-run step-time
-  distribution of the measurement section. Without them it uses metrics.csv.
-- ``benchmarks``: optional Snakemake benchmark records (``study_cost.read_benchmark``):
-  what the study itself cost, in the reproducibility section.
-
-``config["report"]["baseline_env"]`` names the env that speedups are computed
-against; by default the first configured env with successful runs.
-
-Failed runs never enter throughput or roofline tables: they are listed as failures.
-
-A section is one entry of :data:`SECTIONS`: its file name and a function of the
-inputs (a dict with the keys above, plus ``config_path``) that returns the page.
+:data:`SECTIONS` is the one list of the report's sections: the rules read it for their
+outputs and the report's categories, ``write_report_sections.py`` for the files it
+writes, and :mod:`dnnroofline.report.sections` builds one page per entry. Each has its
+caption in ``report/{name}.rst``. It imports nothing, so the Snakefile reads it cheaply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import pandas as pd
-
-from dnnroofline.report.analysis import analysis_section
-from dnnroofline.report.complexity import complexity_section
-from dnnroofline.report.design import design_section
-from dnnroofline.report.measurement import measurement_section
-from dnnroofline.report.reproducibility import reproducibility_section
-from dnnroofline.report.roofline import roofline_section
-
-#: ``{file name: page builder}``, in the report's order.
-SECTIONS: dict[str, Callable[[dict], str]] = {
-    "design.html": lambda i: design_section(
-        i["config"],
-        i["env_infos"],
-        i["metrics"],
-        i["points"],
-        i["complexity"],
-        i["ceilings"],
-        i["expected_runs"],
-    ),
-    "complexity.html": lambda i: complexity_section(i["complexity"]),
-    "measurement.html": lambda i: measurement_section(
-        i["config"], i["env_infos"], i["metrics"], i["runs"]
-    ),
-    "roofline.html": lambda i: roofline_section(i["ceilings"], i["points"], i["config"]),
-    "analysis.html": lambda i: analysis_section(
-        i["config"],
-        i["metrics"],
-        i["points"],
-        i["env_infos"],
-        i["complexity"],
-        i["ceilings"],
-        i["expected_runs"],
-        i["runs"],
-    ),
-    "reproducibility.html": lambda i: reproducibility_section(
-        i["config"],
-        i["env_infos"],
-        i["metrics"],
-        i["expected_runs"],
-        i["config_path"],
-        i["runs"],
-        i["benchmarks"],
-        i["lock"],
-    ),
-}
-SECTION_FILES = tuple(SECTIONS)
+#: ``(name, category)`` in the report's order: the page is
+#: ``results/report_sections/{name}.html``, its caption ``report/{name}.rst``.
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("design", "1. Experiment design"),
+    ("complexity", "2. Complexity"),
+    ("measurement", "3. Measurement"),
+    ("roofline", "4. Roofline"),
+    ("analysis", "5. Analysis"),
+    ("reproducibility", "6. Reproducibility"),
+)
+SECTION_NAMES = tuple(name for name, _ in SECTIONS)
 
 
-def all_sections(
-    config: Mapping,
-    metrics: pd.DataFrame | None,
-    points: pd.DataFrame | None,
-    complexity: Any = None,
-    ceilings: Mapping | Sequence | None = None,
-    env_infos: Mapping | Sequence | None = None,
-    expected_runs: Any = None,
-    config_path: str | None = None,
-    runs: Sequence[Mapping] | None = None,
-    benchmarks: Sequence[Mapping] | None = None,
-    lock: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """``{filename: html}`` for the report sections (``runs``: run JSONs, optional;
-    ``benchmarks``: Snakemake benchmark records, optional; ``lock``: requirements.lock's
-    pins, optional)."""
-    inputs = {
-        "config": config,
-        "metrics": metrics,
-        "points": points,
-        "complexity": complexity,
-        "ceilings": ceilings,
-        "env_infos": env_infos,
-        "expected_runs": expected_runs,
-        "config_path": config_path,
-        "runs": runs,
-        "benchmarks": benchmarks,
-        "lock": lock,
-    }
-    return {name: build(inputs) for name, build in SECTIONS.items()}
+def section_file(name: str) -> str:
+    """The file name of a section's page."""
+    return f"{name}.html"
+
+
+SECTION_FILES = tuple(section_file(name) for name in SECTION_NAMES)

@@ -9,8 +9,10 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.formatting import isnum
+from dnnroofline.model.levers import LOW_EFFICIENCY
 from dnnroofline.report import compare, data, env_compare, memory
 from dnnroofline.report.render import section
+from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, TENSOR_PRECISIONS
 
 
 def facts(
@@ -29,7 +31,7 @@ def facts(
         metrics, points, complexity, env_infos, ceilings
     )
     tp = data.throughput_table(m)
-    expected = data.expected_run_table(config, expected_runs, m)
+    expected = data.expected_run_table(expected_runs, m)
     failed = data.failed_runs(m).sort_values("run_id", na_position="last")
     return {
         "summary": summary(pts),
@@ -59,7 +61,7 @@ def summary(pts: pd.DataFrame) -> dict | None:
         "memory": int((pts["bound_"] == "memory").sum()),
         "compute": int((pts["bound_"] == "compute").sum()),
         "host": int((pts["bound_"] == "host").sum()),
-        "low": int((pts["eff"] < data.LOW_EFFICIENCY).sum()),
+        "low": int((pts["eff"] < LOW_EFFICIENCY).sum()),
         "best": dict(best, label=data.label(best)) if best else None,
         "median_eff": under["eff"].median(),
         "above": int(pts["above"].sum()),
@@ -71,7 +73,7 @@ def other_precision_peaks(env: str, prec: str, ceilings: Mapping) -> list[dict]:
     roofs = data.valid_roofs(ceilings.get(env))
     cur = data.pick_roof(roofs, "compute", prec)
     out = []
-    for p in data.PRECISIONS:
+    for p in PRECISIONS:
         r = data.pick_roof(roofs, "compute", p) if p != prec else None
         if r and (not cur or r.value > cur.value * 1.05):
             out.append({"precision": p, "peak": r.value})
@@ -93,7 +95,7 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
     dev = data.env_device(env, config, env_infos)
     study = data.study_cfg(config)
     envcfg = data.envs_cfg(config).get(env, {})
-    low_prec = prec in ("amp", "bf16")
+    low_prec = prec in HALF_PRECISIONS
     eff = r["eff"]
     moves: list[dict] = []
     if r["above"]:
@@ -123,7 +125,7 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
         if not low_prec:
             c = cx.get((model, b)) or {}
             by = c.get("by_precision") or {}
-            lo = next((by[p] for p in ("bf16", "amp") if isinstance(by.get(p), Mapping)), None)
+            lo = next((by[p] for p in HALF_PRECISIONS if isinstance(by.get(p), Mapping)), None)
             pair = (c.get("min_dram_bytes_per_step"), (lo or {}).get("min_dram_bytes_per_step"))
             counted = all(isnum(v) for v in pair)
             # where weights, gradients and optimizer state dominate (small batches) the
@@ -140,7 +142,7 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
             cc = _cc_float(ccs[0]) if ccs else None
             if not low_prec and (cc is None or cc >= 8.0):
                 # fp32 can move to tf32/bf16/amp tensor cores, tf32 to bf16/amp ones
-                options = ["bf16", "amp"] if prec == "tf32" else ["tf32", "bf16", "amp"]
+                options = [p for p in TENSOR_PRECISIONS if p != prec]
                 moves.append(
                     {
                         "kind": "tensor_cores",
@@ -168,7 +170,7 @@ def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dic
                 moves.append({"kind": "no_cpu_bf16"})
             moves.append({"kind": "cpu_kernels"})
     # no roof explains it: the first lever (a host-bound point has its own)
-    if isnum(eff) and eff < data.LOW_EFFICIENCY and r["bound_"] != "host":
+    if isnum(eff) and eff < LOW_EFFICIENCY and r["bound_"] != "host":
         first = 1 if r["above"] else 0
         moves.insert(first, {"kind": "overheads", "eff": eff, "cuda": dev == "cuda"})
     wait = tp_row["data_wait_share"] if tp_row else None

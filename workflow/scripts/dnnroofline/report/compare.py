@@ -6,60 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 import pandas as pd
 
 from dnnroofline.formatting import isnum
 from dnnroofline.measure import contention
+from dnnroofline.model.levers import short_lever
 from dnnroofline.report import data
-
-
-def short_lever(
-    bound: str | None,
-    efficiency: Any,
-    above: Any = False,
-    device: str | None = None,
-    precision: str | None = None,
-) -> str:
-    """One line on what would move a point (the per-point analysis says it in full),
-    worded for its device (cuda, cpu; None: either) and precision."""
-    low_precision = precision in ("amp", "bf16")
-    if data.to_bool(above):
-        return "fix the numbers first: above its roof means a wrong peak or FLOP count"
-    if bound == "host":
-        if device == "cpu":
-            return "framework overhead, not a roof: larger batch, torch.compile"
-        return "keep the device fed: fewer host syncs, CUDA graphs or torch.compile, larger batch"
-    if isnum(efficiency) and float(efficiency) < data.LOW_EFFICIENCY:
-        return "overheads, not a roof: larger batch, torch.compile, fewer small kernels"
-    if bound == "memory":
-        if low_precision:
-            return "raise AI: larger batch, operator fusion"
-        return "raise AI: larger batch, operator fusion, lower-precision activations"
-    if bound == "inconclusive":
-        return "AI range straddles the ridge: traffic counters (perf, ncu) would decide"
-    if bound == "compute":
-        if isnum(efficiency) and float(efficiency) >= data.HIGH_EFFICIENCY:
-            return f"near its roof: only a higher roof helps ({higher_roof(device, precision)})"
-        kernels = {"cuda": "cuDNN autotuning", "cpu": "oneDNN"}.get(device, "cuDNN/oneDNN")
-        return f"better kernels ({kernels}, torch.compile) or a higher roof"
-    return "unknown bound"
-
-
-def higher_roof(device: str | None, precision: str | None) -> str:
-    """Where a compute-bound point's higher roof is: a faster unit of the same machine, or
-    another machine where it already runs on the fastest one."""
-    if device == "cuda":
-        return {
-            "fp32": "tensor cores: tf32/bf16/amp",
-            "tf32": "bf16/amp tensor cores",
-        }.get(precision, "a faster GPU")
-    if device == "cpu":
-        if precision == "bf16":
-            return "more cores"
-        return "bf16 where the CPU has bf16 units, more cores"
-    return "tensor cores, lower precision"
+from dnnroofline.study.precisions import PRECISIONS
 
 
 def baseline_env(config: Mapping | None, tp: pd.DataFrame) -> tuple[str | None, str | None]:
@@ -189,7 +143,7 @@ def speedups(tp: pd.DataFrame, pts: pd.DataFrame, config: Mapping | None) -> dic
 
 def precision_effect(tp: pd.DataFrame) -> dict:
     """fp32 vs tf32 vs amp vs bf16 on the same env, model and batch."""
-    order = {p: i for i, p in enumerate(data.PRECISIONS)}
+    order = {p: i for i, p in enumerate(PRECISIONS)}
     precs = sorted(set(tp["precision"]) if len(tp) else set(), key=lambda p: order.get(p, 9))
     rows = []
     for (env, model, b), g in tp.groupby(["env", "model", "batch_size"], sort=True):

@@ -1,5 +1,5 @@
-"""The study's inputs as the report reads them: the ledgers prepared, the config's matrix,
-run ids, per-configuration throughput, roofs and ridge points.
+"""The study's inputs as the report reads them: the ledgers prepared, each env's part of
+the config, the expected runs, per-configuration throughput, roofs and ridge points.
 
 Pure logic, shared by every section; no HTML here.
 """
@@ -7,24 +7,18 @@ Pure logic, shared by every section; no HTML here.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dnnroofline.aggregate.metrics import (
-    METRICS_COLUMNS,
-    POINTS_COLUMNS,
-    group_nproc,
-    images_per_s_at,
-)
+from dnnroofline.aggregate.metrics import METRICS_COLUMNS, group_nproc, images_per_s_at
+from dnnroofline.aggregate.points import POINTS_COLUMNS
 from dnnroofline.errors import InputError
-from dnnroofline.formatting import isnum, missing
+from dnnroofline.formatting import isnum, missing, to_bool
 from dnnroofline.model import roofline
-
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
+from dnnroofline.study import identity
 
 # The ledgers' columns are defined once, where they are written.
 METRIC_COLUMNS = tuple(METRICS_COLUMNS)
@@ -48,10 +42,6 @@ BOUNDS = ("memory", "compute", "inconclusive", "host")
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
 #: this is flagged as noisy.
 NOISY_CV = 0.05
-#: Below this share of its roof, a point is limited by neither roof: overheads.
-LOW_EFFICIENCY = 0.30
-#: Close to its roof above this share.
-HIGH_EFFICIENCY = 0.70
 #: A data-wait share of the step above this is worth fixing.
 HIGH_DATA_WAIT = 0.10
 
@@ -62,16 +52,6 @@ def _text_or_none(v: Any) -> str | None:
     if missing(v):
         return None
     return str(v)
-
-
-def to_bool(v: Any) -> bool:
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if missing(v):
-        return False
-    if isinstance(v, (int, float, np.integer, np.floating)):
-        return bool(v)
-    return str(v).strip().lower() in ("true", "1", "yes", "y", "t")
 
 
 def prepare_frame(df: pd.DataFrame | None, columns: Sequence[str], text: Sequence[str]):
@@ -189,7 +169,7 @@ def env_matrix(config: Mapping | None, env: str) -> dict:
     ``batch_sizes_by_model`` resolves them), runs, threads, device."""
     study = study_cfg(config)
     e = envs_cfg(config).get(env, {})
-    models = list(e.get("models") or study.get("models") or [])
+    models = list(study.get("models") or [])
     default = [int(b) for b in (e.get("batch_sizes") or study.get("batch_sizes") or [])]
     resolved = e.get("batch_sizes_by_model") or {}
     by_model = {m: [int(b) for b in resolved.get(m) or default] for m in models}
@@ -213,79 +193,39 @@ def env_order(config: Mapping | None, *frames: pd.DataFrame) -> list[str]:
     return envs
 
 
-def make_run_id(env: str, model: str, precision: str, batch: int, run: int) -> str:
-    return f"{env}_{model}_{precision}_bs{int(batch)}_run{int(run)}"
-
-
-def parse_run_id(run_id: str, envs: Iterable[str], models: Iterable[str]) -> dict | None:
-    """Split ``{env}_{model}_{precision}_bs{batch}_run{N}`` with the configured names."""
-    alt = lambda names: "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))  # noqa: E731
-    envs, models = list(envs), list(models)
-    if not envs or not models:
-        return None
-    pat = (
-        rf"^(?P<env>{alt(envs)})_(?P<model>{alt(models)})_(?P<precision>[A-Za-z0-9]+)"
-        r"_bs(?P<batch_size>\d+)_run(?P<run>\d+)$"
-    )
-    m = re.match(pat, run_id)
-    if not m:
-        return None
-    d = m.groupdict()
-    d["batch_size"], d["run"] = int(d["batch_size"]), int(d["run"])
-    d["run_id"] = run_id
-    return d
+EXPECTED_KEYS = ("env", "model", "precision", "batch_size", "run")
 
 
 def expected_run_table(
-    config: Mapping | None, expected_runs: Any = None, metrics: pd.DataFrame | None = None
+    expected_runs: Any = None, metrics: pd.DataFrame | None = None
 ) -> list[dict]:
-    """Expected runs as dicts ``{run_id, env, model, precision, batch_size, run}``.
+    """Expected runs as dicts ``{run_id, env, model, precision, batch_size, run, ...}``.
 
-    From ``expected_runs`` where given (ids or dicts), else from the config's
-    matrix, numbering repeats 1..N (0..N-1 if the ledger shows a ``run0``).
+    ``expected_runs`` is the study's matrix as the rules expanded it
+    (``results/study_matrix.json``: one object per run, with its identity). Without it
+    the runs in the ledger are the runs expected: none can be called missing.
     """
-    envs = envs_cfg(config)
-    all_models = set(study_cfg(config).get("models") or [])
-    for e in envs.values():
-        all_models.update(e.get("models") or [])
-    if metrics is not None and not metrics.empty:
-        all_models.update(m for m in metrics["model"] if m)
-        env_names = set(envs) | {e for e in metrics["env"] if e}
-    else:
-        env_names = set(envs)
-    if expected_runs is not None:
-        out = []
-        for item in expected_runs:
-            if isinstance(item, Mapping):
-                rid = str(item.get("run_id") or "")
-                d = parse_run_id(rid, env_names | {str(item.get("env", ""))}, all_models) or {}
-                d = {**d, **{k: v for k, v in item.items() if v is not None}}
-                d["run_id"] = rid
-            else:
-                rid = str(item)
-                d = parse_run_id(rid, env_names, all_models) or {"run_id": rid}
-            out.append(d)
-        return out
-    base = 1
-    if metrics is not None and not metrics.empty and (metrics["run"] == 0).any():
-        base = 0
+    if expected_runs is None:
+        if metrics is None or metrics.empty:
+            return []
+        keys = ["run_id", *EXPECTED_KEYS]
+        return [dict(zip(keys, row, strict=True)) for row in metrics[keys].itertuples(index=False)]
     out = []
-    for env in envs:
-        mx = env_matrix(config, env)
-        for model in mx["models"]:
-            for prec in mx["precisions"]:
-                for b in mx["batch_sizes_by_model"][model]:
-                    for n in range(base, base + mx["runs"]):
-                        out.append(
-                            {
-                                "run_id": make_run_id(env, model, prec, b, n),
-                                "env": env,
-                                "model": model,
-                                "precision": prec,
-                                "batch_size": b,
-                                "run": n,
-                            }
-                        )
+    for i, item in enumerate(expected_runs):
+        lacking = [k for k in EXPECTED_KEYS if not isinstance(item, Mapping) or item.get(k) is None]
+        if lacking:
+            raise InputError(
+                f"expected run {i} ({item!r}) lacks {', '.join(lacking)}: each must be an "
+                "object with env, model, precision, batch_size and run (results/study_matrix.json)"
+            )
+        rid = identity.run_id(*(item[k] for k in EXPECTED_KEYS))
+        if item.get("run_id") not in (None, rid):
+            raise InputError(
+                f"expected run {i}: run_id {item['run_id']!r} is not its identity's ({rid!r})"
+            )
+        out.append(
+            {**item, "batch_size": int(item["batch_size"]), "run": int(item["run"]), "run_id": rid}
+        )
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.formatting import fmt_batches, isnum, join, sig
+from dnnroofline.model.levers import LOW_EFFICIENCY
 from dnnroofline.report import data, env_compare
 from dnnroofline.report.render import section
 
@@ -28,7 +29,7 @@ def facts(
     )
     study = data.study_cfg(config)
     envs = list(data.envs_cfg(config)) or sorted({e for e in m["env"] if e})
-    expected = data.expected_run_table(config, expected_runs, m)
+    expected = data.expected_run_table(expected_runs, m)
     miss = data.missing_runs(expected, m)
     expected_ids = {e["run_id"] for e in expected}
     ok = data.ok_runs(m)
@@ -185,7 +186,7 @@ def verdict(env: str, prec: str, preds: list[dict], pts: pd.DataFrame) -> dict |
                 )
     by_model = p.groupby("model")["attained_flops"].median().sort_values(ascending=False)
     measured = list(by_model.index)
-    low = p[p["eff"] < data.LOW_EFFICIENCY]
+    low = p[p["eff"] < LOW_EFFICIENCY]
     out = {
         "held": held,
         "checked": held + len(broke),

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from dnnroofline.aggregate.inputs import ncu_stem
 from dnnroofline.errors import InputError
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
+from dnnroofline.study.identity import config_key
 
 
 def _fmt_rate(value: float | None, unit: str) -> str:
@@ -113,7 +113,7 @@ def point_rows(
         config = f"{p['env']} {p['model']} {p['precision']} bs{int(p['batch_size'])}"
         ai = p.get("ai")
         ai_text = f"{ai:.1f} ({p.get('ai_source')})" if isinstance(ai, int | float) else "n/a"
-        stem = ncu_stem(p["env"], p["model"], p["precision"], p["batch_size"])
+        stem = config_key(p["env"], p["model"], p["precision"], p["batch_size"])
         capture = capture_cell((captures or {}).get(stem))
         rows.append([config, f"{p['images_per_s']:.1f}", ai_text, ratio, capture])
     return rows
@@ -168,7 +168,7 @@ def kernels_above_rows(
     beats its class's measured roof; one ``none`` row per capture whose kernels do not."""
     rows = []
     for p in points:
-        stem = ncu_stem(p["env"], p["model"], p["precision"], p["batch_size"])
+        stem = config_key(p["env"], p["model"], p["precision"], p["batch_size"])
         capture = captures.get(stem)
         if not capture or capture.get("status", "ok") != "ok" or not capture.get("kernels"):
             continue

@@ -15,22 +15,20 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 
-from markupsafe import Markup
-
-from dnnroofline.aggregate.inputs import match_ncu_stems, ncu_stem
+from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.formatting import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time, sig
 from dnnroofline.model import busy_share, traffic
-from dnnroofline.ncu.above_roof import above_roof_html
+from dnnroofline.ncu.above_roof import summary_line
 from dnnroofline.ncu.kernels import (
-    PRECISIONS,
-    TENSOR_PRECISIONS,
     dig,
     finite_number,
     kernel_points,
     ncu_status,
     positive_number,
 )
-from dnnroofline.report.render import esc, page, table
+from dnnroofline.report.render import section
+from dnnroofline.study.identity import Identity, complexity_path, ncu_path
+from dnnroofline.study.precisions import PRECISIONS, TENSOR_PRECISIONS
 
 #: analytic / ncu outside this range is flagged loudly.
 RATIO_RANGE = (0.5, 2.0)
@@ -57,15 +55,16 @@ UNMODELLED_CLASSES = ("layout transform", "FFT/Winograd convolution")
 
 
 def key_ncu_files(
-    stems: Iterable[str],
+    docs: Iterable[tuple[str, Mapping]],
     envs: Iterable[str],
     models: Iterable[str],
     batches: Iterable[int],
     precisions: Iterable[str] = PRECISIONS,
-) -> tuple[dict[str, tuple[str, str, str, int]], list[str]]:
-    """Map ncu file stems to (env, model, precision, batch) among the known names."""
+) -> tuple[dict[Identity, tuple[str, Mapping]], list[str]]:
+    """Key (source, parsed ncu JSON) pairs by the identity each holds, among the known
+    names: ({(env, model, precision, batch): (source, doc)}, sources matching none)."""
     groups = list(product(envs, models, precisions, {int(b) for b in batches}))
-    return match_ncu_stems(stems, groups)
+    return key_by_identity(docs, groups)
 
 
 def analytic_bytes(complexity: Mapping, precision: str) -> float | None:
@@ -302,7 +301,6 @@ def comparison_rows(
     rows = []
     for key in sorted(ncu_docs, key=lambda k: (k[0], k[1], k[2], int(k[3]))):
         env, model, precision, batch = key
-        stem = ncu_stem(env, model, precision, int(batch))
         doc = ncu_docs[key]
         status, message = ncu_status(doc)
         comp = complexity.get((model, int(batch)))
@@ -322,7 +320,7 @@ def comparison_rows(
             "model": model,
             "precision": precision,
             "batch_size": int(batch),
-            "source": ncu_sources.get(key, f"results/{env}/ncu/{stem}.json"),
+            "source": ncu_sources.get(key, ncu_path(env, model, precision, batch)),
             "status": status,
             "message": message,
             "complexity": comp is not None,
@@ -350,7 +348,7 @@ def comparison_rows(
             "ncu_incomplete_dram": incomplete.get("bytes.dram"),
             "warnings": [str(w) for w in (doc.get("warnings") or [])] if ok else [],
         }
-        cwhere = f"results/complexity/{model}_bs{int(batch)}.json"
+        cwhere = complexity_path(model, batch)
         a_traffic = traffic.complexity_traffic_bytes(comp, precision, cwhere) if comp else None
         row["analytic_traffic_bytes"] = a_traffic
         row["traffic_ratio"] = _ratio(a_traffic, dram)
@@ -375,7 +373,7 @@ def comparison_rows(
         if comp is None:
             row["flop_explanation"].append(
                 f"No complexity file for {model} at batch {batch} "
-                f"(results/complexity/{model}_bs{batch}.json)."
+                f"({complexity_path(model, batch)})."
             )
         row["flop_flag"] = out_of_range(row["flop_ratio"])
         row["bytes_flag"] = out_of_range(row["bytes_ratio"])
@@ -383,235 +381,150 @@ def comparison_rows(
     return rows
 
 
-def _ratio_cell(r: float | None) -> Markup:
+def _ratio_cell(r: float | None) -> str | dict:
+    """A ratio for the counts table: 3 significant digits (a ratio of 0.0037 is not
+    "0.00"), flagged outside :data:`RATIO_RANGE`."""
     if r is None:
-        return Markup("–")
-    text = sig(r)  # 3 significant digits: a ratio of 0.0037 is not "0.00"
-    if out_of_range(r):
-        return Markup(f'<span class="bad">{esc(text)} ⚠</span>')
-    return Markup(esc(text))
+        return "–"
+    return {"text": sig(r), "flagged": out_of_range(r)}
 
 
 def _label(r: Mapping) -> str:
     return f"{r['env']} {r['model']} {r['precision']} bs{r['batch_size']}"
 
 
-NO_NCU_HTML = (
-    "<p><strong>No Nsight Compute data in this study.</strong> Every env here is a CPU (or "
-    "MPS) machine, or its ncu captures were not copied in, so every roofline point uses the "
-    "analytic FLOPs and minimum bytes (<code>ai_source = analytic</code>) and there is no "
-    "measured count to check them against.</p>\n"
-    "<p>To get it: add an env with <code>device: cuda</code> (or <code>auto</code>) and run "
-    "the study on a machine with an NVIDIA GPU (compute capability 7.0 or newer) and Nsight "
-    "Compute installed (<code>ncu</code> on PATH, or <code>ncu: {executable: /path/to/ncu}</code> "
-    "in the config); the <code>ncu</code> rule then profiles one whole training step per "
-    "configuration into <code>results/{env}/ncu/</code>. ncu needs permission to read the GPU "
-    "counters (root, CAP_SYS_ADMIN, or <code>NVreg_RestrictProfilingToAdminUsers=0</code>). "
-    "Captures made on another machine count too: copy its <code>results/{env}/</code> folder "
-    "(with <code>ceilings.json</code> and <code>ncu/*.json</code>) here and rerun.</p>"
-)
+def _above_roof(above: list[dict], precision: str) -> dict:
+    """A capture's kernels above their measured roof
+    (:func:`dnnroofline.ncu.above_roof.kernels_above_measured_roof`): the summary and up
+    to five of them with their rates."""
+    return {
+        "summary": summary_line(above, precision),
+        "kernels": above[:5],
+        "more": max(len(above) - 5, 0),
+    }
 
 
-def selftest_html(selftests: Mapping[str, Mapping]) -> str:
+def selftest_facts(selftests: Mapping[str, Mapping]) -> list[dict]:
     """The counter self-test of each env: every known kernel and the verdict per precision."""
-    if not selftests:
-        return ""
-    parts = [
-        "<h2>Counter self-test</h2><p>Before the study's captures, the ncu stage profiles "
-        "kernels whose answer is known, with the same metrics and the same two passes: a "
-        "GEMM per precision (2·M·N·K FLOPs; fp32 with TF32 off on CUDA cores, the others on "
-        "tensor cores) and a device copy (DRAM bytes = read + written). Within ±2% (FLOPs) "
-        "and ±10% (DRAM bytes) a precision's counters are trusted; otherwise its points use "
-        "the analytic AI.</p>"
-    ]
+    out = []
     for env in sorted(selftests):
         doc = selftests[env]
-        rows, classes = [], []
+        cases = []
         for c in doc.get("cases") or []:
             rel = c.get("rel_error")
-            rows.append(
-                [
-                    c.get("case"),
-                    f"{c.get('quantity')} ({c.get('pass')} pass)",
-                    f"{c['expected']:.6g}" if c.get("expected") is not None else "–",
-                    f"{c['measured']:.6g}" if c.get("measured") is not None else "–",
-                    f"{rel:+.2%}" if rel is not None else "–",
-                    f"±{c.get('tolerance', 0):.0%}",
-                    "ok"
-                    if c.get("ok")
-                    else Markup(f"<span class=bad>FAILED</span> {esc(c.get('reason'))}"),
-                ]
+            cases.append(
+                {
+                    "case": c.get("case"),
+                    "counter": f"{c.get('quantity')} ({c.get('pass')} pass)",
+                    "expected": f"{c['expected']:.6g}" if c.get("expected") is not None else "–",
+                    "measured": f"{c['measured']:.6g}" if c.get("measured") is not None else "–",
+                    "error": f"{rel:+.2%}" if rel is not None else "–",
+                    "tolerance": f"±{c.get('tolerance', 0):.0%}",
+                    "ok": bool(c.get("ok")),
+                    "reason": c.get("reason"),
+                }
             )
-            classes.append(None if c.get("ok") else "flag")
-        parts.append(
-            table(
-                ["case", "counter", "expected", "ncu", "error", "tolerance", "verdict"],
-                rows,
-                num_cols=[2, 3, 4],
-                caption=f"{env}: known kernels",
-                row_classes=classes,
-            )
-        )
-        verdicts = doc.get("verdicts") or {}
-        items = [
-            f"<strong>{esc(p)}</strong>: "
-            + (
-                "counters trusted"
-                if v.get("trusted")
-                else f"<span class=bad>not trusted</span>, analytic AI ({esc(v.get('reason'))})"
-            )
-            for p, v in sorted(verdicts.items())
+        verdicts = [
+            {"precision": p, "trusted": bool(v.get("trusted")), "reason": v.get("reason")}
+            for p, v in sorted((doc.get("verdicts") or {}).items())
         ]
-        parts.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
-    return "\n".join(parts)
+        out.append({"env": env, "cases": cases, "verdicts": verdicts})
+    return out
 
 
-def comparison_page(
+def count_cells(r: Mapping) -> list:
+    """One capture's row of the counts table."""
+    return [
+        r["env"],
+        r["model"],
+        r["precision"],
+        r["batch_size"],
+        r["status"],
+        fmt_gflop(r["analytic_flop"]),
+        fmt_gflop(r["ncu_flop"]),
+        _ratio_cell(r["flop_ratio"]),
+        fmt_bytes(r["analytic_bytes"]),
+        fmt_bytes(r["ncu_dram"]),
+        _ratio_cell(r["bytes_ratio"]),
+        fmt_bytes(r["analytic_traffic_bytes"]),
+        _ratio_cell(r["traffic_ratio"]),
+        f"{r['kernels_plotted']} / {r['kernels_skipped']}" if r["status"] == "ok" else "–",
+    ]
+
+
+def capture_extras(r: Mapping) -> str:
+    """The sentence on an ok capture's kernel time, range time, AIs and tensor share."""
+    extra = []
+    if r["ncu_kernel_time_s"] is not None:
+        extra.append(
+            f"{r['ncu_kernels']} kernels ran for {fmt_time(r['ncu_kernel_time_s'])} "
+            "in the kernel pass (each alone, caches flushed: an upper bound on the "
+            "step's kernel time; the point's kernel-busy share divides it by the "
+            "timed step)"
+        )
+    if r["ncu_range_time_s"] is not None:
+        extra.append(
+            f"the step pass's range lasted {fmt_time(r['ncu_range_time_s'])} "
+            "(the instrumented step, host gaps and ncu's own cost included: not "
+            "kernel time)"
+        )
+    if r["ncu_flop"] and r["ncu_dram"]:
+        extra.append(f"ncu DRAM AI {fmt_ai(r['ncu_flop'] / r['ncu_dram'])}")
+    if r["analytic_flop"] and r["analytic_bytes"]:
+        extra.append(f"analytic AI {fmt_ai(r['analytic_flop'] / r['analytic_bytes'])}")
+    if r["ncu_tensor_flop"] and r["ncu_flop"]:
+        extra.append(f"tensor-core share {fmt_pct(r['ncu_tensor_flop'] / r['ncu_flop'])}")
+    return "; ".join(extra)
+
+
+def explanation(r: Mapping) -> dict:
+    """Why one capture's counts differ from the analytic ones, as the page words it."""
+    ok = r["status"] == "ok"
+    above = r.get("kernels_above_measured") if ok else None  # None: no ceilings given
+    return {
+        "label": _label(r),
+        "flagged": bool(r["flop_flag"] or r["bytes_flag"]),
+        "flop": " ".join(r["flop_explanation"]),
+        "bytes": " ".join(r["bytes_explanation"]),
+        "extra": capture_extras(r) if ok else "",
+        "warnings": " | ".join(r["warnings"][:5]) if ok and r["warnings"] else "",
+        "above": _above_roof(above, r["precision"]) if above is not None else None,
+        "source": r["source"],
+    }
+
+
+def comparison_facts(
     rows: Sequence[Mapping],
     unmatched: Sequence[str] = (),
     selftests: Mapping[str, Mapping] | None = None,
-) -> str:
-    """The report page: the counter self-test, then a table and a generated explanation
-    per capture."""
-    parts = [
-        "<p>Per ncu capture of one training step: the analytic train-step FLOPs "
-        "(<code>flops.train_step</code> of the complexity file: forward, backward and "
-        f"optimizer, FMA = 2 FLOPs) against ncu's FLOP total, and the analytic minimum DRAM "
-        "bytes and the per-op traffic model's bytes (every access counted, no cache credit: "
-        "the two ends of the point's AI range) against ncu's DRAM bytes. Each ratio is "
-        "<strong>analytic / ncu</strong>; one "
-        f"outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}] is flagged ⚠. The explanations are "
-        "generated from each row's numbers.</p>"
-    ]
-    if unmatched:
-        parts.append(
-            '<div class="warn">ncu files that match no configured (env, model, precision, '
-            "batch) and are left out: "
-            + ", ".join(f"<code>{esc(s)}</code>" for s in unmatched)
-            + "</div>"
-        )
-    parts.append(selftest_html(selftests or {}))
-    if not rows:
-        parts.append(NO_NCU_HTML)
-        return page(PAGE_TITLE, "\n".join(parts))
+) -> dict:
+    """What the page says: the counter self-test, then a table and a generated
+    explanation per capture."""
     ok = [r for r in rows if r["status"] == "ok"]
-    bad_status = [r for r in rows if r["status"] != "ok"]
-    flop_flags = [r for r in ok if r["flop_flag"]]
-    byte_flags = [r for r in ok if r["bytes_flag"]]
-    if flop_flags:
-        parts.append(
-            '<div class="alert"><strong>⚠ FLOP counts disagree by more than 2x</strong> '
-            f"(analytic / ncu outside [{RATIO_RANGE[0]:g}, {RATIO_RANGE[1]:g}]) for "
-            + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({sig(r['flop_ratio'])})" for r in flop_flags
-            )
-            + ". The AI and attained FLOP/s of these points are only as good as whichever "
-            "count is right: read the explanation below.</div>"
-        )
-    if byte_flags:
-        parts.append(
-            '<div class="warn"><strong>⚠ DRAM bytes differ by more than 2x</strong> for '
-            + ", ".join(
-                f"<strong>{esc(_label(r))}</strong> ({sig(r['bytes_ratio'])})" for r in byte_flags
-            )
-            + ". The analytic value is a lower bound, so ncu above it is expected; ncu "
-            "below it is suspect.</div>"
-        )
-    if bad_status:
-        parts.append(
-            '<div class="warn">'
-            + f"{len(bad_status)} of {len(rows)} captures have no usable counters: "
-            + "; ".join(
-                f"{esc(_label(r))}: {esc(r['status'])} ({esc(r['message'] or 'no message')})"
-                for r in bad_status
-            )
-            + "</div>"
-        )
-    if not ok:
-        parts.append(NO_NCU_HTML.split("</p>\n", 1)[1])
-    headers = [
-        "env",
-        "model",
-        "precision",
-        "batch",
-        "ncu status",
-        "analytic FLOPs",
-        "ncu FLOPs",
-        "analytic / ncu",
-        "analytic min DRAM bytes",
-        "ncu DRAM bytes",
-        "analytic / ncu",
-        "traffic model bytes",
-        "model / ncu",
-        "kernels plotted / skipped",
+    flagged = lambda key: [  # noqa: E731
+        {"label": _label(r), "ratio": sig(r[f"{key}_ratio"])} for r in ok if r[f"{key}_flag"]
     ]
-    body_rows, classes = [], []
-    for r in rows:
-        body_rows.append(
-            [
-                r["env"],
-                r["model"],
-                r["precision"],
-                r["batch_size"],
-                r["status"],
-                fmt_gflop(r["analytic_flop"]),
-                fmt_gflop(r["ncu_flop"]),
-                _ratio_cell(r["flop_ratio"]),
-                fmt_bytes(r["analytic_bytes"]),
-                fmt_bytes(r["ncu_dram"]),
-                _ratio_cell(r["bytes_ratio"]),
-                fmt_bytes(r["analytic_traffic_bytes"]),
-                _ratio_cell(r["traffic_ratio"]),
-                f"{r['kernels_plotted']} / {r['kernels_skipped']}" if r["status"] == "ok" else "–",
-            ]
-        )
-        classes.append("flag" if r["flop_flag"] or r["status"] != "ok" else None)
-    parts.append("<h2>Counts</h2>")
-    parts.append(
-        table(
-            headers,
-            body_rows,
-            num_cols=(3, 5, 6, 7, 8, 9, 10, 11, 12),
-            caption="Analytic vs ncu per training step (ratios: analytic / ncu)",
-            row_classes=classes,
-        )
-    )
-    parts.append("<h2>Why they differ</h2>")
-    for r in rows:
-        flag = " ⚠" if r["flop_flag"] or r["bytes_flag"] else ""
-        parts.append(f"<h3>{esc(_label(r))}{esc(flag)}</h3>")
-        items = [f"<strong>FLOPs.</strong> {esc(' '.join(r['flop_explanation']))}"]
-        if r["bytes_explanation"]:
-            items.append(f"<strong>DRAM bytes.</strong> {esc(' '.join(r['bytes_explanation']))}")
-        if r["status"] == "ok":
-            extra = []
-            if r["ncu_kernel_time_s"] is not None:
-                extra.append(
-                    f"{r['ncu_kernels']} kernels ran for {fmt_time(r['ncu_kernel_time_s'])} "
-                    "in the kernel pass (each alone, caches flushed: an upper bound on the "
-                    "step's kernel time; the point's kernel-busy share divides it by the "
-                    "timed step)"
-                )
-            if r["ncu_range_time_s"] is not None:
-                extra.append(
-                    f"the step pass's range lasted {fmt_time(r['ncu_range_time_s'])} "
-                    "(the instrumented step, host gaps and ncu's own cost included: not "
-                    "kernel time)"
-                )
-            if r["ncu_flop"] and r["ncu_dram"]:
-                extra.append(f"ncu DRAM AI {fmt_ai(r['ncu_flop'] / r['ncu_dram'])}")
-            if r["analytic_flop"] and r["analytic_bytes"]:
-                extra.append(f"analytic AI {fmt_ai(r['analytic_flop'] / r['analytic_bytes'])}")
-            if r["ncu_tensor_flop"] and r["ncu_flop"]:
-                extra.append(f"tensor-core share {fmt_pct(r['ncu_tensor_flop'] / r['ncu_flop'])}")
-            if extra:
-                items.append(esc("; ".join(extra)) + ".")
-            if r["warnings"]:
-                items.append(
-                    "<strong>Parser warnings.</strong> " + esc(" | ".join(r["warnings"][:5]))
-                )
-            if r.get("kernels_above_measured") is not None:  # the env's ceilings were given
-                items.append(above_roof_html(r["kernels_above_measured"], r["precision"]))
-        items.append(f"Source: <code>{esc(r['source'])}</code>")
-        parts.append("<ul>\n" + "\n".join(f"<li>{i}</li>" for i in items) + "\n</ul>")
-    return page(PAGE_TITLE, "\n".join(parts))
+    return {
+        "title": PAGE_TITLE,
+        "ratio_range": RATIO_RANGE,
+        "unmatched": list(unmatched),
+        "selftests": selftest_facts(selftests or {}),
+        "n_rows": len(rows),
+        "n_ok": len(ok),
+        "flop_flags": flagged("flop"),
+        "byte_flags": flagged("bytes"),
+        "bad_status": [
+            {"label": _label(r), "status": r["status"], "message": r["message"]}
+            for r in rows
+            if r["status"] != "ok"
+        ],
+        "counts": [
+            {"cells": count_cells(r), "flagged": bool(r["flop_flag"] or r["status"] != "ok")}
+            for r in rows
+        ],
+        "explained": [explanation(r) for r in rows],
+    }
+
+
+#: The report page (``ncu_vs_analytic.html``), from :func:`comparison_facts`.
+comparison_page = section("ncu_comparison.html", comparison_facts)

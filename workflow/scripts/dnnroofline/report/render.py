@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from dnnroofline.formatting import FILTERS, isnum
+from dnnroofline.model.levers import HIGH_EFFICIENCY, LOW_EFFICIENCY
 from dnnroofline.model.roofline import HOST_BOUND_BELOW
 from dnnroofline.report import data
 
@@ -36,8 +37,8 @@ ENV.tests["finite"] = isnum  # {% if x is finite %}: a number, not None or NaN
 # the thresholds the sentences quote
 ENV.globals.update(
     NOISY_CV=data.NOISY_CV,
-    LOW_EFFICIENCY=data.LOW_EFFICIENCY,
-    HIGH_EFFICIENCY=data.HIGH_EFFICIENCY,
+    LOW_EFFICIENCY=LOW_EFFICIENCY,
+    HIGH_EFFICIENCY=HIGH_EFFICIENCY,
     HIGH_DATA_WAIT=data.HIGH_DATA_WAIT,
     HOST_BOUND_BELOW=HOST_BOUND_BELOW,
 )

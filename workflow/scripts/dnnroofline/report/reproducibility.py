@@ -15,6 +15,7 @@ from dnnroofline.lockfile import lock_match
 from dnnroofline.report import data
 from dnnroofline.report.render import section
 from dnnroofline.study.cost import study_cost
+from dnnroofline.study.identity import complexity_path
 
 
 def model_flags(study: Mapping, model: str) -> list[str]:
@@ -166,7 +167,7 @@ def facts(
     ]
     cfg = f" --configfile {shlex.quote(config_path)}" if config_path else ""
     cores = str(max(threads)) if threads else "all"
-    expected = data.expected_run_table(config, expected_runs, m)
+    expected = data.expected_run_table(expected_runs, m)
     ran = {str(r["run_id"]): r.get("config") for r in runs or [] if r.get("run_id")}
     cmds = [
         run_command(config, e, env_infos, ran.get(str(e.get("run_id"))))
@@ -214,7 +215,7 @@ def complexity_commands(config: Mapping, envs: Sequence[str]) -> list[str]:
                     "--batch-size",
                     str(b),
                     "--out",
-                    f"results/complexity/{model}_bs{b}.json",
+                    complexity_path(str(model), b),
                 ]
                 cmds.append(" ".join(shlex.quote(a) for a in args))
     return cmds
