@@ -17,6 +17,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.ncu.parse import parse_ncu_csv
 from dnnroofline.plots import interactive as it
 from dnnroofline.plots import interactive_labels as chart_labels
+from dnnroofline.plots.interactive_data import kernel_frame
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "workflow" / "scripts" / "plot_interactive.py"
@@ -199,7 +200,7 @@ def test_two_envs_of_one_machine_share_a_roof_label_and_keep_close_ones_apart(po
 
 def test_per_kernel_points_from_parsed_ncu(points):
     ncu = parse_ncu_csv(NCU_CSV)
-    kern = it.kernel_frame({("local", "resnet50", "fp32", 8): ncu}, combined=False)
+    kern = kernel_frame({("local", "resnet50", "fp32", 8): ncu}, combined=False)
     drawable = [
         k
         for k in ncu["kernels"]
@@ -279,7 +280,9 @@ def test_cli_writes_env_and_combined_pages(tmp_path, points, capsys):
     pts.to_csv(tmp_path / "points.csv", index=False)
     for env in ("local", "gcp_l4"):
         (tmp_path / f"{env}.json").write_text(json.dumps(ceilings(env)))
-    ncu = parse_ncu_csv(NCU_CSV)
+    # a capture says which run it profiled (its identity), as the ncu stage writes it
+    run = {"env": "gcp_l4", "config": {"arch": "resnet50", "precision": "fp32", "batch_size": 8}}
+    ncu = {**parse_ncu_csv(NCU_CSV), **run}
     (tmp_path / "gcp_l4_resnet50_fp32_bs8.json").write_text(json.dumps(ncu))
     base = [sys.executable, str(SCRIPT), "--points", str(tmp_path / "points.csv")]
     ceil = ["--ceilings", str(tmp_path / "local.json"), str(tmp_path / "gcp_l4.json")]

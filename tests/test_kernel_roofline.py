@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 from plot_geometry import drawn_figure, label_clashes
-from workflow_helpers import job_counts, snakemake
+from workflow_helpers import FAKE_CUDA, job_counts, snakemake
 
 import plot_kernel_roofline as plot_cli
 import write_ncu_comparison as page_cli
@@ -456,16 +456,26 @@ def test_page_without_ncu_data_says_so_and_how_to_get_it():
     assert "<table" not in html
 
 
-def test_ncu_file_names_are_matched_not_split():
-    stems = ["gcp_l4_mobilenet_v2_amp_bs16", "gcp_l4_resnet18_fp32_bs8", "other_thing"]
+def captured(doc: dict, env: str, model: str, precision: str, batch: int) -> dict:
+    """``doc`` as a capture keeps it: with its driver's run record (the run identity)."""
+    config = {"arch": model, "precision": precision, "batch_size": batch}
+    return {**doc, "driver_run": {"status": "ok", "env": env, "config": config}}
+
+
+def test_ncu_files_are_keyed_by_the_identity_they_hold(nnperf):
+    docs = [
+        ("a.json", captured(nnperf, "gcp_l4", "mobilenet_v2", "amp", 16)),
+        ("b.json", captured(nnperf, "gcp_l4", "resnet18", "fp32", 8)),
+        ("c.json", captured(nnperf, "other", "resnet18", "fp32", 8)),
+    ]
     matched, unmatched = key_ncu_files(
-        stems, ["gcp_l4", "local"], ["mobilenet_v2", "resnet18"], [8, 16]
+        docs, ["gcp_l4", "local"], ["mobilenet_v2", "resnet18"], [8, 16]
     )
-    assert matched == {
-        "gcp_l4_mobilenet_v2_amp_bs16": ("gcp_l4", "mobilenet_v2", "amp", 16),
-        "gcp_l4_resnet18_fp32_bs8": ("gcp_l4", "resnet18", "fp32", 8),
+    assert {key: where for key, (where, _) in matched.items()} == {
+        ("gcp_l4", "mobilenet_v2", "amp", 16): "a.json",
+        ("gcp_l4", "resnet18", "fp32", 8): "b.json",
     }
-    assert unmatched == ["other_thing"]
+    assert unmatched == ["c.json"]
 
 
 # --------------------------------------------------------------------------- CLIs
@@ -515,8 +525,14 @@ def test_comparison_cli_with_and_without_ncu_files(tmp_path, nnperf):
         tmp_path / "complexity" / "resnet18_bs64.json",
         complexity("resnet18", 64, 14.8e9, 3e8),
     )
-    ncu = _write(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_resnet18_fp32_bs64.json", nnperf)
-    stray = _write(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_vgg16_fp32_bs64.json", nnperf)
+    ncu = _write(
+        tmp_path / "gcp_l4" / "ncu" / "gcp_l4_resnet18_fp32_bs64.json",
+        captured(nnperf, "gcp_l4", "resnet18", "fp32", 64),
+    )
+    stray = _write(
+        tmp_path / "gcp_l4" / "ncu" / "gcp_l4_vgg16_fp32_bs64.json",
+        captured(nnperf, "gcp_l4", "vgg16", "fp32", 64),
+    )
     out = tmp_path / "sections" / "ncu_vs_analytic.html"
     args = ["--complexity", comp, "--envs", "local", "gcp_l4", "--out", str(out)]
     assert page_cli.main(["--ncu", ncu, stray, *args]) == 0
@@ -549,7 +565,7 @@ DAG_CONFIG = {
 def test_dry_run_with_a_cuda_env_has_ncu_plot_and_page_jobs(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(DAG_CONFIG))
-    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    fake = FAKE_CUDA
     # A CUDA machine: "local" (auto) is CUDA and measured here, so every config gets a job.
     counts = job_counts(
         snakemake(tmp_path, "-n", "--cores", "2", "--quiet", "rules", env_extra=fake).stdout
@@ -586,7 +602,7 @@ def test_ncu_pass_timeout_reaches_the_captures_and_the_self_test(tmp_path):
     # On a time-limited lease a hung pass must cost one capture, not the whole command.
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(DAG_CONFIG))
-    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    fake = FAKE_CUDA
     targets = ["results/local/ncu/local_resnet18_fp32_bs2.json", "results/local/ncu/selftest.json"]
     dry = ["-n", "-p", "--cores", "2", *targets]
 
@@ -640,7 +656,7 @@ def test_dry_run_of_the_h100_example_profiles_one_batch_per_model_and_precision(
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
     example = ["--configfile", str(ROOT / "config" / "examples" / "h100.yaml")]
-    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    fake = FAKE_CUDA
     dry = ["-n", "--cores", "2", "--quiet", "rules", *example]
     alone = snakemake(tmp_path, *dry, "--replace-workflow-config", env_extra=fake)
     counts = job_counts(alone.stdout)
@@ -664,7 +680,7 @@ def test_gpu_check_measures_the_roofs_and_self_test_in_all_four_precisions(tmp_p
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
     check = ["--configfile", str(ROOT / "config" / "gpu_check.yaml")]
-    fake = {"DNNROOFLINE_FAKE_CUDA": "1"}
+    fake = FAKE_CUDA
     targets = ["results/local/ceilings.json", "results/local/ncu/selftest.json"]
     cmd = snakemake(tmp_path, "-n", "-p", "--cores", "2", *targets, *check, env_extra=fake).stdout
     for script in ("ceilings.py", "ncu_selftest.py"):

@@ -13,8 +13,10 @@ import pytest
 from plot_geometry import drawn_figure, label_clashes
 
 import plot_roofline as plot_roofline_cli
-from dnnroofline.aggregate.metrics import metrics_frame, roofline_points_frame
+from dnnroofline.aggregate.metrics import metrics_frame
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
+from dnnroofline.model import roofline
 from dnnroofline.plots import roofline as plots
 from dnnroofline.plots.roof_labels import (
     LABEL_HEIGHT_PT,
@@ -559,3 +561,82 @@ def test_ai_range_is_a_bar_through_the_point(tmp_path):
     pts.loc[0, ["ai_low", "ai_high"]] = [float("nan")] * 2
     info = plot_roofline(pts, CEILINGS, None, tmp_path / "n.svg", "t")
     assert info["ai_ranges"] == 0 and AI_RANGE_LABEL not in (tmp_path / "n.svg").read_text()
+
+
+# --------------------------------------------------------------------------- roof selection
+# model.roofline.env_roofs / roofs_to_draw: the one home of which roofs a roofline draws,
+# used by the static, interactive and ncu (kernel, hierarchical) plots alike.
+
+H100_CEILINGS = ROOT / "examples" / "h100" / "results" / "h100" / "ceilings.json"
+
+
+def test_env_roofs_keeps_the_highest_roof_of_each_source_with_its_note():
+    ceil = json.loads(H100_CEILINGS.read_text())
+    roofs = roofline.env_roofs(ceil, str(H100_CEILINGS), "h100")
+    # the H100 has three measured bandwidths (triad, scale, copy): the highest is drawn
+    measured = [r for r in ceil["roofs"] if r["kind"] == "memory" and r["source"] == "measured"]
+    best = max(measured, key=lambda r: r["value"])
+    assert len(measured) == 3
+    assert roofs.memory["measured"].value == best["value"]
+    assert roofs.memory["measured"].note == best["method"]
+    assert set(roofs.compute) == {
+        (r["precision"], r["source"]) for r in ceil["roofs"] if r["kind"] == "compute"
+    }
+    with pytest.raises(InputError, match=r"c\.json: env 'x' has no memory-bandwidth \(DRAM\)"):
+        roofline.env_roofs({"roofs": [roof("compute", "fp32", "measured", 1e12)]}, "c.json", "x")
+
+
+def test_roofs_to_draw_pairs_roofs_and_keeps_the_precisions_with_points():
+    h100 = json.loads(H100_CEILINGS.read_text())
+    alone = roofline.roofs_to_draw({"h100": h100}, {"h100": ["bf16"]})
+    # one env: all its compute roofs, each meeting the bandwidth roof of its own source
+    assert len(alone) == sum(r["kind"] == "compute" for r in h100["roofs"])
+    assert all(p.memory.source == p.compute.source for p in alone)
+    ceilings = {"h100": h100, **CEILINGS}
+    pairs = roofline.roofs_to_draw(ceilings, {"h100": ["bf16"], "gcp_l4": ["amp"]})
+    assert [(p.env, p.compute.precision, p.compute.source, p.memory.source) for p in pairs] == [
+        ("gcp_l4", "amp", "datasheet", "measured"),  # no datasheet bandwidth: the measured one
+        ("h100", "bf16", "datasheet", "datasheet"),
+        ("h100", "bf16", "measured", "measured"),
+        ("local", "bf16", "datasheet", "datasheet"),  # no points here: every roof
+        ("local", "fp32", "datasheet", "datasheet"),
+        ("local", "fp32", "measured", "measured"),
+    ]
+    h100_bf16 = pairs[2]
+    assert h100_bf16.ridge == h100_bf16.compute.value / h100_bf16.memory.value
+    where = {"local": "results/local/ceilings.json"}
+    with pytest.raises(
+        InputError,
+        match=r"results/local/ceilings\.json: env 'local' has no compute peak for precision 'amp'",
+    ):
+        roofline.roofs_to_draw(ceilings, {"local": ["amp"]}, where)
+
+
+def test_static_interactive_and_kernel_plots_draw_the_roofs_selected_once(tmp_path):
+    from dnnroofline.ncu.kernels import env_roofs as kernel_plot_roofs
+    from dnnroofline.plots.interactive import ROOFS, roofline_chart
+
+    runs = [
+        make_run("local", "resnet18", "fp32", 8, 1),
+        make_run("gcp_l4", "resnet18", "amp", 8, 1),
+    ]
+    _, pts = build(runs)
+    pairs = roofline.roofs_to_draw(CEILINGS, {"local": ["fp32"], "gcp_l4": ["amp"]})
+    selected = {(p.env, p.compute.precision, p.compute.source) for p in pairs}
+    svg = tmp_path / "r.svg"
+    assert plot_roofline(pts, CEILINGS, None, svg, "t")["roofs"] == len(pairs)
+    static = {
+        (env, p, s) for _, env, _, p, s in (i.split("-") for i in svg_ids(svg) if "-compute-" in i)
+    }
+    assert static == selected
+    spec = roofline_chart(pts, CEILINGS).to_dict()
+    (roofs_layer,) = [lay for lay in spec["layer"] if lay.get("name") == ROOFS]
+    rows = spec["datasets"][roofs_layer["data"]["name"]]
+    assert {(env, p, s) for env, _, p, s in (r["roof_id"].split(" ") for r in rows)} == selected
+    kernel = kernel_plot_roofs(CEILINGS["local"])
+    assert kernel.compute == {
+        k: r.value for k, r in roofline.env_roofs(CEILINGS["local"]).compute.items()
+    }
+    assert kernel.memory["dram"] == {
+        s: r.value for s, r in roofline.env_roofs(CEILINGS["local"]).memory.items()
+    }

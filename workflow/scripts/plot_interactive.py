@@ -6,8 +6,8 @@
         --out results/plots/roofline_local.html
 
 With --env only that env's points, roofs and kernels are drawn; without it every
-env whose ceilings are given. Parsed ncu JSONs (named
-``{env}_{model}_{precision}_bs{batch}.json``) add one point per profiled kernel.
+env whose ceilings are given. Parsed ncu JSONs (matched to the points by the run
+identity they hold) add one point per profiled kernel.
 The page loads nothing from the network: open it in any browser, offline.
 """
 
@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate.inputs import match_ncu_stems
+from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.aggregate.loaders import load_points_and_ceilings
 from dnnroofline.aggregate.metrics import GROUP_KEYS
 from dnnroofline.errors import InputError
@@ -30,18 +29,14 @@ from dnnroofline.plots.interactive import roofline_page
 def load_ncu(paths: list[str], points: pd.DataFrame) -> dict[tuple, dict]:
     """{(env, model, precision, batch): parsed ncu JSON} for files that match a point."""
     groups = [tuple(k) for k in points[GROUP_KEYS].drop_duplicates().itertuples(index=False)]
-    by_stem = {Path(p).name.removesuffix(".json"): p for p in paths}
-    matched, unmatched = match_ncu_stems(by_stem, groups)
-    for stem in unmatched:
-        print(
-            f"plot_interactive: warning: {by_stem[stem]} matches no point; ignored", file=sys.stderr
-        )
-    out = {}
-    for stem, key in matched.items():
-        doc = read_json(by_stem[stem])
-        if isinstance(doc, dict) and doc.get("status", "ok") == "ok":
-            out[key] = doc
-    return out
+    matched, unmatched = key_by_identity(((p, read_json(p)) for p in paths), groups)
+    for where in unmatched:
+        print(f"plot_interactive: warning: {where} matches no point; ignored", file=sys.stderr)
+    return {
+        key: doc
+        for key, (_, doc) in matched.items()
+        if isinstance(doc, dict) and doc.get("status", "ok") == "ok"
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

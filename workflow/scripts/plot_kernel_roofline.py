@@ -20,7 +20,7 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate.metrics import POINTS_DTYPES
+from dnnroofline.aggregate.points import POINTS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof

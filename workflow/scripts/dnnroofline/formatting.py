@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -31,6 +32,17 @@ def missing(x: Any) -> bool:
         return bool(pd.isna(x))
     except (TypeError, ValueError):
         return False
+
+
+def to_bool(v: object) -> bool:
+    """A CSV cell as a bool: True, 1, yes, y, t (any case); missing is False."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if missing(v):
+        return False
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return bool(v)
+    return str(v).strip().lower() in ("true", "1", "yes", "y", "t")
 
 
 def sig(x: Any, digits: int = 3) -> str:

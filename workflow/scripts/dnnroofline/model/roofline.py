@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. Units: FLOP, bytes, seconds; FLOP/s and bytes/s.
 
-Definitions (README, "Method"):
+Definitions (docs/method.md):
 
 - arithmetic intensity  ``ai = flop_per_step / bytes_per_step``      (FLOP/byte)
 - attained performance  ``attained = flop_per_step / median_step_s`` (FLOP/s)
@@ -30,22 +30,17 @@ of the same source the highest value is taken (the best demonstrated ceiling).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.precisions import roof_names
 
 #: Relative tolerance for :func:`is_above_roof`: floating-point round-off only.
 ABOVE_ROOF_RTOL = 1e-9
 
 ROOF_KINDS = ("compute", "memory")
 ROOF_SOURCES = ("measured", "datasheet")  # order = preference
-#: Pipeline precision -> the ceilings ``precision`` names accepted for its compute roof.
-PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
-    "fp32": ("fp32",),
-    "tf32": ("tf32",),
-    "amp": ("amp", "fp16"),
-    "bf16": ("bf16",),
-}
 
 
 def check_positive(name: str, value: object) -> float:
@@ -224,8 +219,7 @@ def parse_roofs(ceilings: dict, where: str = "ceilings") -> list[Roof]:
 
 def precision_aliases(precision: str) -> tuple[str, ...]:
     """The ceilings precision names accepted for a pipeline precision."""
-    p = precision.lower()
-    return PRECISION_ALIASES.get(p, (p,))
+    return roof_names(precision)
 
 
 def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> Roof | None:
@@ -247,3 +241,95 @@ def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> R
         if cands:
             return max(cands, key=lambda r: r.value)
     return None
+
+
+# --------------------------------------------------------------------------- roofs to draw
+
+
+@dataclass(frozen=True)
+class EnvRoofs:
+    """The highest compute roof of each (precision, source) of one env, and the highest
+    memory (DRAM) roof of each source: what a plot of that env can draw."""
+
+    compute: dict[tuple[str, str], Roof]
+    memory: dict[str, Roof]
+
+
+def env_roofs(ceilings: Mapping, where: str = "ceilings", env: str | None = None) -> EnvRoofs:
+    """The roofs of one ceilings file, the highest of each kind, precision and source.
+
+    Raises InputError naming ``where`` (and ``env``) when there is no compute roof or no
+    memory roof: a roofline is never drawn against a guess.
+    """
+    compute: dict[tuple[str, str], Roof] = {}
+    memory: dict[str, Roof] = {}
+    for r in parse_roofs(dict(ceilings) if isinstance(ceilings, Mapping) else ceilings, where):
+        table, key = (
+            (compute, (r.precision, r.source)) if r.kind == "compute" else (memory, r.source)
+        )
+        if key not in table or r.value > table[key].value:  # on a tie the first note stays
+            table[key] = r
+    subject = f"{where}: env {env!r} has" if env else f"{where}:"
+    if not compute:
+        raise InputError(f"{subject} no compute roof to draw")
+    if not memory:
+        raise InputError(f"{subject} no memory-bandwidth (DRAM) roof to draw")
+    return EnvRoofs(compute, memory)
+
+
+def paired_source(
+    have: Iterable[str], source: str, preference: Sequence[str] = ROOF_SOURCES
+) -> str:
+    """The memory roof a compute roof of ``source`` is drawn with: the one of the same
+    source, else the first of ``preference`` there is (``have`` must hold one)."""
+    have = set(have)
+    if source in have:
+        return source
+    for s in preference:
+        if s in have:
+            return s
+    raise InputError(f"no memory roof of a source in {tuple(preference)} to pair with {source!r}")
+
+
+@dataclass(frozen=True)
+class RoofPair:
+    """A compute roof to draw, with the memory roof it meets at its ridge point."""
+
+    env: str
+    compute: Roof
+    memory: Roof
+
+    @property
+    def ridge(self) -> float:
+        return self.compute.value / self.memory.value
+
+
+def roofs_to_draw(
+    ceilings_by_env: Mapping[str, Mapping],
+    precisions_by_env: Mapping[str, Iterable[str]],
+    where_by_env: Mapping[str, str] | None = None,
+) -> list[RoofPair]:
+    """The compute roofs a roofline of these envs draws, each with its memory roof.
+
+    ``precisions_by_env``: the precisions of each env's points. With one env all its
+    compute roofs are drawn; with several, only those of precisions with points in that
+    env (all of them for an env without points). A precision with points but no compute
+    peak in its env is refused. Sorted by env, then (precision, source).
+    """
+    where_by_env = where_by_env or {}
+    combined = len(ceilings_by_env) > 1
+    pairs = []
+    for env in sorted(ceilings_by_env):
+        where = where_by_env.get(env, f"ceilings of env {env!r}")
+        roofs = env_roofs(ceilings_by_env[env], where, env)
+        precisions = list(dict.fromkeys(precisions_by_env.get(env, ())))
+        for p in precisions:
+            if not any(cp in precision_aliases(p) for cp, _ in roofs.compute):
+                raise InputError(f"{where}: env {env!r} has no compute peak for precision {p!r}")
+        wanted = {a for p in precisions for a in precision_aliases(p)}
+        for (prec, source), peak in sorted(roofs.compute.items()):
+            if combined and precisions and prec not in wanted:
+                continue
+            memory = roofs.memory[paired_source(roofs.memory, source)]
+            pairs.append(RoofPair(env, peak, memory))
+    return pairs

@@ -44,13 +44,12 @@ from dnnroofline.errors import InputError
 from dnnroofline.model import roofline
 from dnnroofline.ncu.hierarchy import step_levels
 from dnnroofline.ncu.parse import NCU_THEORETICAL
+from dnnroofline.study.precisions import TENSOR_PRECISIONS
 
 #: Memory levels, innermost first (their counters: dnnroofline.ncu.hierarchy).
 LEVELS = ("l1", "l2", "dram")
 LEVEL_NAMES = {"l1": "L1", "l2": "L2", "dram": "DRAM"}
 CACHE_LEVELS = ("l1", "l2")
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
-TENSOR_PRECISIONS = ("tf32", "amp", "bf16")
 #: Kernel FLOP classes (the path that did most of a kernel's FLOPs), in legend order.
 KERNEL_PATHS = ("tensor", "fp32", "fp16", "fp64")
 PATH_LABELS = {
@@ -110,19 +109,15 @@ class Roofs:
 def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     """Compute roofs and DRAM/L2/L1 bandwidth roofs of one ceilings file.
 
-    DRAM: ``roofs`` entries of kind memory. L1/L2: the optional ``cache_roofs``
-    list. Raises InputError when there is no compute roof or no DRAM roof (the
-    plots never draw against a guess) or when a cache roof is malformed.
+    Compute and DRAM: :func:`dnnroofline.model.roofline.env_roofs`, the highest roof of
+    each precision and source. L1/L2: the optional ``cache_roofs`` list. Raises
+    InputError when there is no compute roof or no DRAM roof (the plots never draw
+    against a guess) or when a cache roof is malformed.
     """
-    roofs = roofline.parse_roofs(ceilings, where)
-    compute: dict[tuple[str, str], float] = {}
+    drawn = roofline.env_roofs(ceilings, where)
+    compute = {key: r.value for key, r in drawn.compute.items()}
     memory: dict[str, dict[str, float]] = {level: {} for level in LEVELS}
-    for r in roofs:
-        if r.kind == "compute":
-            k = (str(r.precision), r.source)
-            compute[k] = max(compute.get(k, 0.0), r.value)
-        else:
-            memory["dram"][r.source] = max(memory["dram"].get(r.source, 0.0), r.value)
+    memory["dram"] = {source: r.value for source, r in drawn.memory.items()}
     cache = ceilings.get("cache_roofs") or []
     if not isinstance(cache, list):
         raise InputError(f"{where}: cache_roofs must be a list")
@@ -140,10 +135,6 @@ def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
             raise InputError(f"{at}.source must be one of {roofline.ROOF_SOURCES}")
         value = roofline.check_positive(f"{at}.value (bytes/s)", entry.get("value"))
         memory[level][source] = max(memory[level].get(source, 0.0), value)
-    if not compute:
-        raise InputError(f"{where}: no compute roof to draw")
-    if not memory["dram"]:
-        raise InputError(f"{where}: no memory-bandwidth (DRAM) roof to draw")
     return Roofs(compute, memory)
 
 

@@ -35,11 +35,9 @@ from dnnroofline.ncu.kernels import (
     LEVELS,
     NCU_THEORETICAL,
     PATH_LABELS,
-    TENSOR_PRECISIONS,
     HierarchicalPoint,
     KernelSet,
     Roofs,
-    best,
     compute_roofs_for,
     hierarchical_roof_at,
     kernel_roof_at,
@@ -61,14 +59,16 @@ from dnnroofline.plots.roof_artists import (
 from dnnroofline.plots.roof_labels import Box, Marker, compute_roof_labels, si
 from dnnroofline.plots.roofline import (
     _RC,
-    AXIS_X,
     _gid,
     above_roof_handle,
+    decade_limits,
     draw_above_roof_ring,
+    log_axes,
     precision_color,
     save_figure,
     sectioned_legend,
 )
+from dnnroofline.study.precisions import TENSOR_PRECISIONS
 
 AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
 AXIS_Y_KERNEL = "Kernel performance (FLOP/s): ncu FLOPs / ncu kernel time"
@@ -89,29 +89,10 @@ def path_color(path: str, precision: str) -> str:
     return PATH_COLORS.get(path, "tab:gray")
 
 
-def _axes(fig: Figure, title: str, ylabel: str, xlim, ylim):
-    ax = fig.add_subplot()
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(*xlim)
-    ax.set_ylim(*ylim)
-    ax.set_xlabel(AXIS_X)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="major", color="0.88", linewidth=0.6)
-    ax.grid(True, which="minor", color="0.95", linewidth=0.4)
-    ax.set_axisbelow(True)
-    return ax
-
-
-def _limits(xs: list[float], ys: list[float]) -> tuple[tuple[float, float], tuple[float, float]]:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)] or [1.0]
-    ys = [y for y in ys if y and y > 0 and math.isfinite(y)] or [1.0]
-    xlo = 10 ** math.floor(math.log10(min(xs) / 4))
-    xhi = 10 ** math.ceil(math.log10(max(xs) * 4))
-    ylo = 10 ** math.floor(math.log10(min(ys) / 5))
-    yhi = 10 ** math.ceil(math.log10(max(ys) * 3))
-    return (xlo, xhi), (ylo, yhi)
+def _paired_dram(dram: Mapping[str, float], source: str) -> str:
+    """The DRAM roof a compute roof of ``source`` meets: its own source's, else the
+    preferred one there is (ncu's theoretical peak last)."""
+    return roofline.paired_source(dram, source, (*roofline.ROOF_SOURCES, NCU_THEORETICAL))
 
 
 def _roof_name(level: str, source: str) -> str:
@@ -226,6 +207,186 @@ def _unmeasurable_note(ax, level: str, reason: str, row: int, gid: str) -> None:
     )
 
 
+def _hierarchical_frame(point: HierarchicalPoint, roofs: Roofs):
+    """(the precision's compute peaks {source: FLOP/s}, each level's bandwidth roofs, axis
+    limits); refuses a precision without a compute peak."""
+    peaks = compute_roofs_for(roofs, point.precision)
+    if not peaks:
+        have = sorted({p for p, _ in roofs.compute})
+        raise InputError(
+            f"env {point.env!r} has no compute peak for precision {point.precision!r} "
+            f"(ceilings have {have}); the roofline is never drawn against a guess"
+        )
+    top_peak = max(peaks.values())
+    # a level no counter can measure gets no roof either: nothing to hold against it
+    mem = {lv: {} if lv in point.unmeasurable else roofs.memory.get(lv, {}) for lv in LEVELS}
+    ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
+    ais = [a for a in point.ai.values() if a is not None]
+    ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
+    # keep the diagonal roofs inside the frame at the low end
+    ys += [min(ais + ridges) / 4 * min(bw for lv in LEVELS for bw in mem[lv].values())]
+    xlim, (ylo, yhi) = decade_limits(ais + ridges, ys)
+    ylo = max(ylo, min(ys) / 10)
+    return peaks, mem, xlim, (10 ** math.floor(math.log10(ylo)), yhi)
+
+
+def _level_markers(point: HierarchicalPoint) -> dict[str, tuple[float, float, Marker]]:
+    """The point at each level with an AI, labelled with that AI (none without a timed step)."""
+    if point.status != "ok" or point.attained_flops is None:
+        return {}
+    out = {}
+    for lv in LEVELS:
+        if point.ai[lv] is not None:
+            text = f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}"
+            marker = Marker(
+                0.0, 0.0, LEVEL_MARKER_PT / 2, text, text_width_pt(text, BATCH_LABEL_PT)
+            )
+            out[lv] = (point.ai[lv], point.attained_flops, marker)
+    return out
+
+
+def _hierarchical_roofs(ax, point: HierarchicalPoint, peaks, mem, markers) -> list[Box]:
+    """The precision's compute roofs and each level's bandwidth roofs; the labels' boxes."""
+    top_peak = max(peaks.values())
+    dram = mem["dram"]
+    boxes = _compute_roofs(
+        ax,
+        point.env,
+        [
+            (point.precision, source, peak, peak / dram[_paired_dram(dram, source)])
+            for source, peak in sorted(peaks.items())
+        ],
+        marker_obstacles(ax, markers),
+    )
+    return boxes + _memory_roofs(
+        ax,
+        point.env,
+        [
+            (lv, source, bw, top_peak / bw)
+            for lv in LEVELS
+            for source, bw in sorted(mem[lv].items())
+        ],
+        marker_obstacles(ax, markers),
+    )
+
+
+def _draw_levels(ax, point: HierarchicalPoint, roofs: Roofs, markers, spots) -> tuple:
+    """The point at each level, joined by a line, rings on those above their roof; a
+    message instead where the capture failed or no run timed the step.
+    Returns (levels drawn, number above their roof)."""
+    tag = (point.env, point.model, point.precision, f"bs{point.batch}")
+    if point.status != "ok":
+        _message(ax, f"ncu capture {point.status}: {point.message or 'no message'}")
+        return [], 0
+    if point.attained_flops is None:
+        lines = ", ".join(
+            f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}" for lv in LEVELS if point.ai[lv]
+        )
+        _message(ax, "no successful timed run: attained FLOP/s unknown\n" + lines)
+        return [], 0
+    y = point.attained_flops
+    if len(markers) > 1:
+        xs = [x for x, _, _ in markers.values()]
+        ax.plot(xs, [y] * len(xs), color="0.5", linewidth=0.8, gid=_gid("hier", *tag), zorder=4)
+    n_above = 0
+    for lv, (ai, _, marker) in markers.items():
+        ax.plot(
+            [ai],
+            [y],
+            linestyle="none",
+            marker=LEVEL_MARKERS[lv],
+            markersize=LEVEL_MARKER_PT,
+            color=LEVEL_COLORS[lv],
+            markeredgecolor="0.1",
+            markeredgewidth=0.6,
+            gid=_gid("point", *tag, lv),
+            zorder=5,
+        )
+        draw_point_label(ax, ai, y, marker, spots[lv])
+        r = hierarchical_roof_at(roofs, point.precision, lv, ai)
+        if r is not None and roofline.is_above_roof(y, r):
+            n_above += 1
+            draw_above_roof_ring(ax, ai, y, _gid("above-roof", *tag, lv))
+    return list(markers), n_above
+
+
+def _hierarchical_roof_items(mem, precision: str) -> list[Line2D]:
+    """The legend's "Roofs" section: line styles, the levels' roofs, the precision."""
+    items = [
+        Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+        for s in roofline.ROOF_SOURCES
+    ]
+    if any(NCU_THEORETICAL in mem[lv] for lv in LEVELS):
+        items.append(
+            Line2D(
+                [],
+                [],
+                color="0.2",
+                linestyle=LINESTYLES[NCU_THEORETICAL],
+                label="ncu theoretical: peak/cycle x measured clock",
+            )
+        )
+    items += [
+        Line2D([], [], color=LEVEL_COLORS[lv], linewidth=2, label=f"{LEVEL_NAMES[lv]} roof")
+        for lv in LEVELS
+        if mem[lv]
+    ]
+    items.append(Line2D([], [], color=precision_color(precision), linewidth=3, label=precision))
+    return items
+
+
+def _hierarchical_notes(point: HierarchicalPoint, roofs: Roofs, mem, n_above: int) -> list:
+    """The legend's "Notes": the roofs' counters, missing roofs and counters, the timing."""
+    missing_roofs = [
+        LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv] and lv not in point.unmeasurable
+    ]
+    notes = [
+        _note(text)
+        for key, text in sorted(roofs.notes.items())
+        if key.split(":")[0] not in point.unmeasurable
+    ]
+    if missing_roofs:
+        notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
+        notes.append(_note("  (no cache_roofs in ceilings.json)"))
+    for lv in LEVELS:
+        if point.status == "ok" and point.bytes[lv] is None and lv not in point.unmeasurable:
+            notes.append(_note(f"{LEVEL_NAMES[lv]}: no {point.counters[lv]} in the capture"))
+    notes.append(_note("counts: ncu (one step); time: timed runs' median"))
+    if point.step_s:
+        notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
+    if n_above:
+        notes.append(above_roof_handle())
+    return notes
+
+
+def _hierarchical_legend(ax, point: HierarchicalPoint, roofs: Roofs, mem, n_above: int):
+    level_items = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker=LEVEL_MARKERS[lv] if lv not in point.unmeasurable else "x",
+            color=LEVEL_COLORS[lv],
+            markeredgecolor="0.1",
+            label=f"{LEVEL_NAMES[lv]}: "
+            + (
+                "not measurable by counters"
+                if lv in point.unmeasurable
+                else f"FLOPs / {point.counters.get(lv, '?')}"
+            ),
+        )
+        for lv in LEVELS
+    ]
+    sectioned_legend(
+        ax,
+        [
+            ("Memory level", level_items),
+            ("Roofs", _hierarchical_roof_items(mem, point.precision)),
+            ("Notes", _hierarchical_notes(point, roofs, mem, n_above)),
+        ],
+    )
+
+
 def plot_hierarchical(
     point: HierarchicalPoint,
     roofs: Roofs,
@@ -238,187 +399,27 @@ def plot_hierarchical(
 
     Returns ``{"points": n, "levels": [...], "above_roof": n, "cache_roofs": n}``.
     """
-    env, prec = point.env, point.precision
-    peaks = compute_roofs_for(roofs, prec)
-    if not peaks:
-        have = sorted({p for p, _ in roofs.compute})
-        raise InputError(
-            f"env {env!r} has no compute peak for precision {prec!r} (ceilings have {have}); "
-            "the roofline is never drawn against a guess"
-        )
-    top_peak = max(peaks.values())
-    # a level no counter can measure gets no roof either: nothing to hold against it
-    mem = {lv: {} if lv in point.unmeasurable else roofs.memory.get(lv, {}) for lv in LEVELS}
-    ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
-    ais = [a for a in point.ai.values() if a is not None]
-    ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
-    # keep the diagonal roofs inside the frame at the low end
-    ys += [min(ais + ridges) / 4 * min(bw for lv in LEVELS for bw in mem[lv].values())]
-    (xlo, xhi), (ylo, yhi) = _limits(ais + ridges, ys)
-    ylo = max(ylo, min(ys) / 10)
-    ylo = 10 ** math.floor(math.log10(ylo))
-    tag = (env, point.model, prec, f"bs{point.batch}")
-    n_points = n_above = 0
-    levels_drawn = []
+    peaks, mem, xlim, ylim = _hierarchical_frame(point, roofs)
+    title = title or (
+        f"Hierarchical roofline: {point.env} {point.model} {point.precision} "
+        f"bs{point.batch} (ncu counts)"
+    )
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
-        ax = _axes(
-            fig,
-            title
-            or f"Hierarchical roofline: {env} {point.model} {prec} bs{point.batch} (ncu counts)",
-            AXIS_Y_STEP,
-            (xlo, xhi),
-            (ylo, yhi),
-        )
-        drawn = point.status == "ok" and point.attained_flops is not None
-        level_markers = {
-            lv: (
-                point.ai[lv],
-                point.attained_flops,
-                Marker(
-                    0.0,
-                    0.0,
-                    LEVEL_MARKER_PT / 2,
-                    f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}",
-                    text_width_pt(f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}", BATCH_LABEL_PT),
-                ),
-            )
-            for lv in LEVELS
-            if drawn and point.ai[lv] is not None
-        }
-        dram_best = best(mem["dram"])
-        roof_label_boxes = _compute_roofs(
-            ax,
-            env,
-            [
-                (prec, source, peak, peak / mem["dram"].get(source, dram_best[1]))
-                for source, peak in sorted(peaks.items())
-            ],
-            marker_obstacles(ax, list(level_markers.values())),
-        )
-        roof_label_boxes += _memory_roofs(
-            ax,
-            env,
-            [
-                (lv, source, bw, top_peak / bw)
-                for lv in LEVELS
-                for source, bw in sorted(mem[lv].items())
-            ],
-            marker_obstacles(ax, list(level_markers.values())),
-        )
+        ax = log_axes(fig, title, AXIS_Y_STEP, xlim, ylim, fontsize=10)
+        markers = _level_markers(point)
+        boxes = _hierarchical_roofs(ax, point, peaks, mem, list(markers.values()))
         spots = dict(
-            zip(
-                level_markers,
-                place_point_labels_pt(ax, list(level_markers.values()), roof_label_boxes),
-                strict=True,
-            )
+            zip(markers, place_point_labels_pt(ax, list(markers.values()), boxes), strict=True)
         )
-        if point.status != "ok":
-            _message(ax, f"ncu capture {point.status}: {point.message or 'no message'}")
-        elif point.attained_flops is None:
-            lines = ", ".join(
-                f"{LEVEL_NAMES[lv]} AI {point.ai[lv]:.3g}" for lv in LEVELS if point.ai[lv]
-            )
-            _message(ax, "no successful timed run: attained FLOP/s unknown\n" + lines)
-        else:
-            xs = [point.ai[lv] for lv in LEVELS if point.ai[lv] is not None]
-            if len(xs) > 1:
-                ax.plot(
-                    xs,
-                    [point.attained_flops] * len(xs),
-                    color="0.5",
-                    linewidth=0.8,
-                    gid=_gid("hier", *tag),
-                    zorder=4,
-                )
-            for lv in LEVELS:
-                ai = point.ai[lv]
-                if ai is None:
-                    continue
-                n_points += 1
-                levels_drawn.append(lv)
-                ax.plot(
-                    [ai],
-                    [point.attained_flops],
-                    linestyle="none",
-                    marker=LEVEL_MARKERS[lv],
-                    markersize=LEVEL_MARKER_PT,
-                    color=LEVEL_COLORS[lv],
-                    markeredgecolor="0.1",
-                    markeredgewidth=0.6,
-                    gid=_gid("point", *tag, lv),
-                    zorder=5,
-                )
-                draw_point_label(ax, ai, point.attained_flops, level_markers[lv][2], spots[lv])
-                r = hierarchical_roof_at(roofs, prec, lv, ai)
-                if r is not None and roofline.is_above_roof(point.attained_flops, r):
-                    n_above += 1
-                    draw_above_roof_ring(ax, ai, point.attained_flops, _gid("above-roof", *tag, lv))
-
+        levels_drawn, n_above = _draw_levels(ax, point, roofs, markers, spots)
+        tag = (point.env, point.model, point.precision, f"bs{point.batch}")
         for i, lv in enumerate(lv for lv in LEVELS if lv in point.unmeasurable):
             _unmeasurable_note(ax, lv, point.unmeasurable[lv], i, _gid("unmeasurable", *tag, lv))
-        level_items = [
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker=LEVEL_MARKERS[lv] if lv not in point.unmeasurable else "x",
-                color=LEVEL_COLORS[lv],
-                markeredgecolor="0.1",
-                label=f"{LEVEL_NAMES[lv]}: "
-                + (
-                    "not measurable by counters"
-                    if lv in point.unmeasurable
-                    else f"FLOPs / {point.counters.get(lv, '?')}"
-                ),
-            )
-            for lv in LEVELS
-        ]
-        roof_items = [
-            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
-            for s in roofline.ROOF_SOURCES
-        ]
-        if any(NCU_THEORETICAL in mem[lv] for lv in LEVELS):
-            roof_items.append(
-                Line2D(
-                    [],
-                    [],
-                    color="0.2",
-                    linestyle=LINESTYLES[NCU_THEORETICAL],
-                    label="ncu theoretical: peak/cycle x measured clock",
-                )
-            )
-        roof_items += [
-            Line2D([], [], color=LEVEL_COLORS[lv], linewidth=2, label=f"{LEVEL_NAMES[lv]} roof")
-            for lv in LEVELS
-            if mem[lv]
-        ]
-        roof_items.append(Line2D([], [], color=precision_color(prec), linewidth=3, label=prec))
-        missing_roofs = [
-            LEVEL_NAMES[lv] for lv in CACHE_LEVELS if not mem[lv] and lv not in point.unmeasurable
-        ]
-        notes = [
-            _note(text)
-            for key, text in sorted(roofs.notes.items())
-            if key.split(":")[0] not in point.unmeasurable
-        ]
-        if missing_roofs:
-            notes.append(_note(f"{' and '.join(missing_roofs)} bandwidth roofs: not measured"))
-            notes.append(_note("  (no cache_roofs in ceilings.json)"))
-        for lv in LEVELS:
-            if point.status == "ok" and point.bytes[lv] is None and lv not in point.unmeasurable:
-                notes.append(_note(f"{LEVEL_NAMES[lv]}: no {point.counters[lv]} in the capture"))
-        notes.append(_note("counts: ncu (one step); time: timed runs' median"))
-        if point.step_s:
-            notes.append(_note(f"median step {point.step_s * 1e3:.4g} ms"))
-        if n_above:
-            notes.append(above_roof_handle())
-        sectioned_legend(
-            ax, [("Memory level", level_items), ("Roofs", roof_items), ("Notes", notes)]
-        )
+        _hierarchical_legend(ax, point, roofs, mem, n_above)
         save_figure(fig, out_png, out_svg)
     return {
-        "points": n_points,
+        "points": len(levels_drawn),
         "levels": levels_drawn,
         "above_roof": n_above,
         "cache_roofs": sum(len(mem[lv]) for lv in CACHE_LEVELS),
@@ -461,6 +462,114 @@ def _beats_measured_notes(beats: Sequence[Mapping]) -> list[Line2D]:
     return lines
 
 
+def _kernel_markers(pts) -> list[tuple[float, float, Marker]]:
+    """Each kernel's marker; the largest by time share are labelled with their short name."""
+    top = {p.index for p in sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]}
+    out = []
+    for p in pts:
+        text = f"{short_name(p.name, 36)} ({p.share:.0%})" if p.index in top else ""
+        width = text_width_pt(text, KERNEL_LABEL_PT) if text else 0.0
+        out.append((p.ai, p.flops_rate, Marker(0.0, 0.0, math.sqrt(p.area) / 2, text, width)))
+    return out
+
+
+def _draw_kernels(ax, pts, roofs: Roofs, precision: str, beats: set[int]) -> tuple:
+    """Kernels largest first (small ones stay on top), red rings above their class's roof,
+    orange ones above its measured roof. Returns ({gid: marker size}, number above)."""
+    sizes: dict[str, float] = {}
+    n_above = 0
+    for p in sorted(pts, key=lambda p: -p.area):
+        gid = _gid("kernel", p.index)
+        (line,) = ax.plot(
+            [p.ai],
+            [p.flops_rate],
+            linestyle="none",
+            marker="o",
+            markersize=math.sqrt(p.area),
+            color=path_color(p.path, precision),
+            alpha=0.7,
+            markeredgecolor="0.15",
+            markeredgewidth=0.4,
+            gid=gid,
+            zorder=5,
+        )
+        sizes[gid] = line.get_markersize()
+        if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
+            n_above += 1
+            draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+        if p.index in beats:
+            ax.plot(
+                [p.ai],
+                [p.flops_rate],
+                gid=_gid("above-measured-roof", "kernel", p.index),
+                zorder=6,
+                **_BEATS_MEASURED_RING,
+            )
+    return sizes, n_above
+
+
+def _kernel_notes(kset: KernelSet, n_above: int, drawn_beats) -> list[Line2D]:
+    """The legend's "Kernels": how many are plotted, which are not and why, the timing."""
+    skipped_time = sum(s["share"] for s in kset.skipped)
+    notes = [_note(f"{len(kset.points)} kernels plotted")]
+    if kset.skipped:
+        why = ", ".join(f"{n} {r}" for r, n in kset.reasons.items() if n)
+        notes.append(_note(f"{len(kset.skipped)} not plotted: {why}"))
+        notes.append(_note(f"  ({skipped_time:.1%} of kernel time)"))
+    notes.append(_note("time: ncu's per-kernel duration"))
+    notes.append(_note("  (serialized, caches flushed)"))
+    if n_above:
+        notes.append(above_roof_handle())
+    return notes + _beats_measured_notes(drawn_beats)
+
+
+def _kernel_legend(ax, kset: KernelSet, precision: str, compute_precisions, notes) -> None:
+    pts = kset.points
+    path_items = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            color=path_color(p, precision),
+            label=f"{PATH_LABELS[p]} ({sum(k.path == p for k in pts)})",
+        )
+        for p in KERNEL_PATHS
+        if any(k.path == p for k in pts)
+    ]
+    size_items = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            color="0.6",
+            markersize=math.sqrt(marker_area(s)),
+            label=f"{s:.0%} of kernel time",
+        )
+        for s in (0.01, 0.05, 0.2)
+    ]
+    roof_items = [
+        Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
+        for s in roofline.ROOF_SOURCES
+    ]
+    roof_items += [
+        Line2D([], [], color=precision_color(pr), linewidth=3, label=f"{pr} compute")
+        for pr in sorted(set(compute_precisions))
+    ]
+    roof_items.append(Line2D([], [], color=LEVEL_COLORS["dram"], linewidth=2, label="DRAM"))
+    sectioned_legend(
+        ax,
+        [
+            ("FLOP path (colour)", path_items),
+            ("Share of time (area)", size_items),
+            ("Roofs", roof_items),
+            ("Kernels", notes),
+        ],
+        labelspacing=0.9,
+    )
+
+
 def plot_kernels(
     kset: KernelSet,
     roofs: Roofs,
@@ -485,128 +594,38 @@ def plot_kernels(
     """
     pts = kset.points
     dram = roofs.memory["dram"]
-    dram_best = best(dram)
-    comp_specs = []
-    for (prec, source), peak in sorted(roofs.compute.items()):
-        bw = dram.get(source, dram_best[1])
-        comp_specs.append((prec, source, peak, peak / bw))
+    comp_specs = [
+        (prec, source, peak, peak / dram[_paired_dram(dram, source)])
+        for (prec, source), peak in sorted(roofs.compute.items())
+    ]
     max_peak = max(s[2] for s in comp_specs)
     ridges = [s[3] for s in comp_specs] + [max_peak / bw for bw in dram.values()]
-    xs = [p.ai for p in pts]
     ys = [p.flops_rate for p in pts] + [s[2] for s in comp_specs]
-    (xlo, xhi), (ylo, yhi) = _limits(xs + ridges, ys)
-    sizes: dict[str, float] = {}
-    n_above = 0
-    beats = {k["index"] for k in above_measured}
+    xlim, ylim = decade_limits([p.ai for p in pts] + ridges, ys)
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
-        ax = _axes(fig, title, AXIS_Y_KERNEL, (xlo, xhi), (ylo, yhi))
-        # the largest kernels by time share are labelled with their (short) names
-        top = {p.index for p in sorted(pts, key=lambda p: -p.share)[:LABEL_TOP]}
-        kernel_markers = []
-        for p in pts:
-            text = f"{short_name(p.name, 36)} ({p.share:.0%})" if p.index in top else ""
-            width = text_width_pt(text, KERNEL_LABEL_PT) if text else 0.0
-            kernel_markers.append(
-                (p.ai, p.flops_rate, Marker(0.0, 0.0, math.sqrt(p.area) / 2, text, width))
-            )
-        roof_label_boxes = _compute_roofs(ax, env, comp_specs, marker_obstacles(ax, kernel_markers))
-        roof_label_boxes += _memory_roofs(
+        ax = log_axes(fig, title, AXIS_Y_KERNEL, xlim, ylim, fontsize=10)
+        markers = _kernel_markers(pts)
+        boxes = _compute_roofs(ax, env, comp_specs, marker_obstacles(ax, markers))
+        boxes += _memory_roofs(
             ax,
             env,
             [("dram", source, bw, max_peak / bw) for source, bw in sorted(dram.items())],
-            marker_obstacles(ax, kernel_markers),
+            marker_obstacles(ax, markers),
         )
-        for p in sorted(pts, key=lambda p: -p.area):
-            gid = _gid("kernel", p.index)
-            (line,) = ax.plot(
-                [p.ai],
-                [p.flops_rate],
-                linestyle="none",
-                marker="o",
-                markersize=math.sqrt(p.area),
-                color=path_color(p.path, precision),
-                alpha=0.7,
-                markeredgecolor="0.15",
-                markeredgewidth=0.4,
-                gid=gid,
-                zorder=5,
-            )
-            sizes[gid] = line.get_markersize()
-            if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
-                n_above += 1
-                draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
-            if p.index in beats:
-                ax.plot(
-                    [p.ai],
-                    [p.flops_rate],
-                    gid=_gid("above-measured-roof", "kernel", p.index),
-                    zorder=6,
-                    **_BEATS_MEASURED_RING,
-                )
-        spots = place_point_labels_pt(ax, kernel_markers, roof_label_boxes)
-        for (x, y, marker), spot in zip(kernel_markers, spots, strict=True):
+        sizes, n_above = _draw_kernels(
+            ax, pts, roofs, precision, {k["index"] for k in above_measured}
+        )
+        spots = place_point_labels_pt(ax, markers, boxes)
+        for (x, y, marker), spot in zip(markers, spots, strict=True):
             draw_point_label(ax, x, y, marker, spot, fontsize=KERNEL_LABEL_PT, color="0.15")
         drawn_beats = [k for k in above_measured if k["index"] in {p.index for p in pts}]
         if status != "ok":
             _message(ax, f"ncu capture {status}: {message or 'no message'}")
         elif not pts:
             _message(ax, "no kernel with FLOPs, DRAM bytes and a duration to plot")
-
-        paths = [p for p in KERNEL_PATHS if any(k.path == p for k in pts)]
-        path_items = [
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                color=path_color(p, precision),
-                label=f"{PATH_LABELS[p]} ({sum(k.path == p for k in pts)})",
-            )
-            for p in paths
-        ]
-        size_items = [
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                color="0.6",
-                markersize=math.sqrt(marker_area(s)),
-                label=f"{s:.0%} of kernel time",
-            )
-            for s in (0.01, 0.05, 0.2)
-        ]
-        roof_items = [
-            Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak")
-            for s in roofline.ROOF_SOURCES
-        ]
-        roof_items += [
-            Line2D([], [], color=precision_color(pr), linewidth=3, label=f"{pr} compute")
-            for pr in sorted({s[0] for s in comp_specs})
-        ]
-        roof_items.append(Line2D([], [], color=LEVEL_COLORS["dram"], linewidth=2, label="DRAM"))
-        skipped_time = sum(s["share"] for s in kset.skipped)
-        notes = [_note(f"{len(pts)} kernels plotted")]
-        if kset.skipped:
-            why = ", ".join(f"{n} {r}" for r, n in kset.reasons.items() if n)
-            notes.append(_note(f"{len(kset.skipped)} not plotted: {why}"))
-            notes.append(_note(f"  ({skipped_time:.1%} of kernel time)"))
-        notes.append(_note("time: ncu's per-kernel duration"))
-        notes.append(_note("  (serialized, caches flushed)"))
-        if n_above:
-            notes.append(above_roof_handle())
-        notes += _beats_measured_notes(drawn_beats)
-        sectioned_legend(
-            ax,
-            [
-                ("FLOP path (colour)", path_items),
-                ("Share of time (area)", size_items),
-                ("Roofs", roof_items),
-                ("Kernels", notes),
-            ],
-            labelspacing=0.9,
-        )
+        notes = _kernel_notes(kset, n_above, drawn_beats)
+        _kernel_legend(ax, kset, precision, [s[0] for s in comp_specs], notes)
         save_figure(fig, out_png, out_svg)
     return {
         "points": len(pts),

@@ -36,8 +36,10 @@ from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from dnnroofline.aggregate.inputs import ceilings_path
-from dnnroofline.aggregate.metrics import group_summary, plottable_points
+from dnnroofline.aggregate.metrics import group_summary
+from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.errors import InputError
+from dnnroofline.formatting import to_bool
 from dnnroofline.io import atomic_path
 from dnnroofline.model import roofline
 from dnnroofline.plots.roof_artists import (
@@ -54,6 +56,7 @@ from dnnroofline.plots.roof_artists import (
     to_points,
 )
 from dnnroofline.plots.roof_labels import Marker, Obstacle, compute_roof_labels, memory_roof_labels
+from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS
 
 DPI = 150
 AXIS_X = "Arithmetic intensity (FLOP/byte)"
@@ -63,15 +66,12 @@ ABOVE_ROOF_COLOR = "red"
 AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
 POINT_MARKER_PT = 7  # a roofline point's marker, which the labels keep clear of
 
-PRECISION_COLORS = {
-    "fp32": "tab:blue",
-    "tf32": "tab:green",
-    "amp": "tab:orange",
-    "fp16": "tab:orange",  # amp = fp16 autocast: same colour as its roof
-    "bf16": "tab:purple",
-    "fp64": "tab:brown",
-    "int8": "tab:olive",
-}
+PRECISION_COLORS = dict(
+    zip(PRECISIONS, ["tab:blue", "tab:green", "tab:orange", "tab:purple"], strict=True)
+)
+# a roof named by its compute dtype (amp's fp16) takes its precision's colour
+PRECISION_COLORS |= {COMPUTE_DTYPE[p]: c for p, c in PRECISION_COLORS.items()}
+PRECISION_COLORS |= {"fp64": "tab:brown", "int8": "tab:olive"}
 _SPARE_COLORS = ["tab:cyan", "tab:pink", "tab:gray", "black"]  # never red: red is the flag
 MODEL_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p"]
 ENV_FILLSTYLES = ["full", "none", "left", "bottom", "right", "top"]
@@ -99,38 +99,34 @@ def save_figure(fig: Figure, out_png: str | os.PathLike | None, out_svg: str | o
             fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
 
 
-def _bool(v: object) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1", "yes")
-    return bool(v) if not pd.isna(v) else False
-
-
 # --------------------------------------------------------------------------- roofline
 
 
-def _env_roofs(env: str, ceil: Mapping, where: str):
-    """(compute roofs {(prec, source): value}, memory roofs {source: value}) of one env."""
-    roofs = roofline.parse_roofs(ceil, where)
-    compute: dict[tuple[str, str], float] = {}
-    memory: dict[str, float] = {}
-    for r in roofs:
-        if r.kind == "compute":
-            k = (r.precision, r.source)
-            compute[k] = max(compute.get(k, 0.0), r.value)
-        else:
-            memory[r.source] = max(memory.get(r.source, 0.0), r.value)
-    if not memory:
-        raise InputError(f"{where}: env {env!r} has no memory-bandwidth roof to draw")
-    if not compute:
-        raise InputError(f"{where}: env {env!r} has no compute roof to draw")
-    return compute, memory
+def log_axes(fig: Figure, title: str, ylabel: str, xlim, ylim, **title_kw):
+    """Log-log roofline axes with a light grid behind the artists."""
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(AXIS_X)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, **title_kw)
+    ax.grid(True, which="major", color="0.88", linewidth=0.6)
+    ax.grid(True, which="minor", color="0.95", linewidth=0.4)
+    ax.set_axisbelow(True)
+    return ax
 
 
-def _paired_memory(memory: Mapping[str, float], source: str) -> tuple[str, float]:
-    if source in memory:
-        return source, memory[source]
-    other = next(s for s in roofline.ROOF_SOURCES if s in memory)
-    return other, memory[other]
+def decade_limits(xs: list[float], ys: list[float]):
+    """((xlo, xhi), (ylo, yhi)): whole decades that hold ``xs`` and ``ys`` with a margin."""
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)] or [1.0]
+    ys = [y for y in ys if y and y > 0 and math.isfinite(y)] or [1.0]
+    xlo = 10 ** math.floor(math.log10(min(xs) / 4))
+    xhi = 10 ** math.ceil(math.log10(max(xs) * 4))
+    ylo = 10 ** math.floor(math.log10(min(ys) / 5))
+    yhi = 10 ** math.ceil(math.log10(max(ys) * 3))
+    return (xlo, xhi), (ylo, yhi)
 
 
 # the red ring of a point above its roof (the legend's entry draws it smaller)
@@ -178,15 +174,273 @@ def sectioned_legend(
             text.set_fontweight("bold")
 
 
+def _ai_range(r) -> tuple[float, float] | None:
+    """A point's analytic AI range (low, high), None where it has none."""
+    lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0 else None
+
+
 def _range_obstacles(ax, pts: pd.DataFrame) -> list[Obstacle]:
     """Each point's analytic AI range bar, as what a roof label must not cover."""
     out, half = [], POINT_MARKER_PT / 2
     for r in pts.itertuples(index=False):
-        lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
-        if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
+        if (span := _ai_range(r)) is not None:
             y = to_points(ax, r.ai, r.attained_flops)[1]
-            out.append(Obstacle(lo, hi, half, half, y - half, y + half))
+            out.append(Obstacle(*span, half, half, y - half, y + half))
     return out
+
+
+def _roofline_limits(pts: pd.DataFrame, pairs: list[roofline.RoofPair]):
+    """Axis ranges that hold every point, AI range, ridge and roof."""
+    ais = list(pts["ai"].astype(float)) if len(pts) else []
+    for col in ("ai_low", "ai_high"):
+        if col in pts:
+            ais += [v for v in pts[col].astype(float) if math.isfinite(v) and v > 0]
+    att = list(pts["attained_flops"].astype(float)) if len(pts) else []
+    return decade_limits(ais + [p.ridge for p in pairs], att + [p.compute.value for p in pairs])
+
+
+def _batch_markers(pts: pd.DataFrame) -> list[tuple[float, float, Marker]]:
+    """Each point's marker with its batch label; a sweep's labels alternate above and
+    below, so that neighbours' do not collide."""
+    label_below: dict[int, bool] = {}
+    for _, g in pts.groupby(["env", "model", "precision"], sort=True) if len(pts) else []:
+        for i, idx in enumerate(g.sort_values("batch_size").index):
+            label_below[idx] = i % 2 == 1
+    out = []
+    for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True):
+        text = f"bs{int(r.batch_size)}"
+        width = text_width_pt(text, BATCH_LABEL_PT)
+        marker = Marker(0.0, 0.0, POINT_MARKER_PT / 2, text, width, label_below.get(idx, False))
+        out.append((r.ai, r.attained_flops, marker))
+    return out
+
+
+def _draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> tuple:
+    """Memory and compute roofs with their labels and ridge markers.
+
+    Roofs are drawn per env (their gids name it), labels once per distinct roof
+    (roof_labels). Compute roof labels sit right-aligned at the right edge, which moves
+    right until they clear the points; memory roofs run diagonally from the left edge to
+    the farthest ridge they join, labelled side by side across the diagonals at one x.
+    Returns (the right edge, the labels' boxes).
+    """
+    roof_labels = compute_roof_labels(
+        ((p.env, p.compute.precision, p.compute.source, p.compute.value, p.ridge) for p in pairs),
+        combined,
+    )
+    xhi, dys, roof_label_boxes = place_compute_roof_labels(
+        ax,
+        [(lab.text, key[2], lab.prefer_above) for key, lab in roof_labels.items()],
+        marker_obstacles(ax, batch_markers) + _range_obstacles(ax, pts),
+    )
+    roof_dy = dict(zip(roof_labels, dys, strict=True))
+    mem_specs = {(p.env, p.memory.source): p.memory.value for p in pairs}
+    mem_labels = memory_roof_labels(
+        ((env, msrc, bw) for (env, msrc), bw in sorted(mem_specs.items())), combined
+    )
+    ends = {  # a memory roof runs to the farthest ridge it joins
+        key: max(p.ridge for p in pairs if (p.memory.source, p.memory.value) == key)
+        for key in mem_labels
+    }
+    diag = place_memory_roof_labels(
+        ax,
+        [(lab.text, key[1], ends[key], lab.prefer_above) for key, lab in mem_labels.items()],
+        marker_obstacles(ax, batch_markers),
+    )
+    mem_dy = dict(zip(mem_labels, diag.dys, strict=True))
+    for (env, msrc), bw in sorted(mem_specs.items()):
+        x_end = max(p.ridge for p in pairs if p.env == env and p.memory.source == msrc)
+        label = mem_labels[(msrc, bw)]
+        draw_memory_roof(
+            ax,
+            bw,
+            ax.get_xlim()[0],
+            x_end,
+            color="0.2",
+            source=msrc,
+            gid=_gid("roof", env, "memory", msrc),
+            label=label.text if env == label.envs[0] else None,
+            label_x=diag.x,
+            label_dy=mem_dy[(msrc, bw)],
+        )
+    for p in pairs:  # horizontal from their ridge to the right edge, ridge marked
+        prec, source, peak = p.compute.precision, p.compute.source, p.compute.value
+        key = (prec, source, peak)
+        color = precision_color(prec)
+        draw_compute_roof(
+            ax,
+            peak,
+            p.ridge,
+            xhi,
+            color=color,
+            source=source,
+            gid=_gid("roof", p.env, "compute", prec, source),
+            label=roof_labels[key].text if p.env == roof_labels[key].envs[0] else None,
+            label_dy=roof_dy[key],
+        )
+        ax.plot(
+            [p.ridge],
+            [peak],
+            marker="D",
+            markersize=4.5,
+            color=color,
+            markeredgecolor="0.2",
+            linestyle="none",
+            gid=_gid("ridge", p.env, prec, source),
+            zorder=3,
+        )
+    return xhi, roof_label_boxes + diag.bounds
+
+
+def _draw_sweeps(ax, pts: pd.DataFrame) -> None:
+    """A thin line joining the batch sizes of one (env, model, precision)."""
+    for (env, model, prec), g in pts.groupby(["env", "model", "precision"], sort=True):
+        g = g.sort_values("batch_size")
+        if len(g) > 1:
+            ax.plot(
+                g["ai"].astype(float),
+                g["attained_flops"].astype(float),
+                color=precision_color(prec),
+                linewidth=0.8,
+                alpha=0.4,
+                gid=_gid("sweep", env, model, prec),
+                zorder=4,
+            )
+
+
+def _draw_point(ax, r, marker: str, fill: str, color: str) -> None:
+    """One roofline point: its marker, filled by env."""
+    ax.plot(
+        [r.ai],
+        [r.attained_flops],
+        linestyle="none",
+        marker=marker,
+        markersize=POINT_MARKER_PT,
+        color=color,
+        markerfacecolor=color if fill != "none" else "none",
+        markerfacecoloralt="white",
+        markeredgecolor=color if fill == "none" else "0.15",
+        markeredgewidth=1.2 if fill == "none" else 0.6,
+        fillstyle=fill,
+        gid=_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
+        zorder=5,
+    )
+
+
+def _draw_points(ax, pts, batch_markers, label_boxes, env_fill, model_marker) -> tuple[int, int]:
+    """Sweeps, AI ranges, points, batch labels and above-roof rings; (n_above, n_ranges)."""
+    n_above = n_ranges = 0
+    if len(pts):
+        _draw_sweeps(ax, pts)
+    spots = place_point_labels_pt(ax, batch_markers, label_boxes)
+    for spot, (*_, marker), r in zip(
+        spots, batch_markers, pts.itertuples(index=False), strict=True
+    ):
+        color = precision_color(r.precision)
+        tag = (r.env, r.model, r.precision, f"bs{int(r.batch_size)}")
+        if (span := _ai_range(r)) is not None:
+            n_ranges += 1
+            ax.plot(
+                list(span),
+                [r.attained_flops, r.attained_flops],
+                color=color,
+                linewidth=2.2,
+                alpha=0.45,
+                solid_capstyle="butt",
+                marker="|",
+                markersize=7,
+                gid=_gid("ai-range", *tag),
+                zorder=4.5,
+            )
+        _draw_point(ax, r, model_marker[r.model], env_fill.get(r.env, "full"), color)
+        draw_point_label(ax, r.ai, r.attained_flops, marker, spot)
+        if to_bool(r.above_roof):
+            n_above += 1
+            draw_above_roof_ring(ax, r.ai, r.attained_flops, _gid("above-roof", *tag), zorder=6)
+    if not len(pts):
+        ax.text(
+            0.5,
+            0.5,
+            "no successful runs to plot",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.4",
+        )
+    return n_above, n_ranges
+
+
+def _roof_items(n_ranges: int, n_above: int) -> list[Line2D]:
+    """The legend's "Roofs" section: line styles, ridge marker, AI range, above-roof ring."""
+    items = [
+        Line2D([], [], color="0.2", linestyle=LINESTYLES[source], label=f"{source} peak")
+        for source in roofline.ROOF_SOURCES
+    ]
+    items.append(
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker="D",
+            color="0.6",
+            markeredgecolor="0.2",
+            markersize=4.5,
+            label="ridge point (FLOP/byte)",
+        )
+    )
+    if n_ranges:
+        items.append(
+            Line2D(
+                [],
+                [],
+                color="0.45",
+                linewidth=2.2,
+                alpha=0.45,
+                marker="|",
+                markersize=7,
+                label=AI_RANGE_LABEL,
+            )
+        )
+    if n_above:
+        items.append(above_roof_handle())
+    return items
+
+
+def _roofline_legend(ax, model_marker, precs, env_fill, n_ranges: int, n_above: int) -> None:
+    """Model (marker), precision (colour), env (marker fill, when several) and roofs."""
+    model_items = [
+        Line2D([], [], linestyle="none", marker=marker, color="0.45", label=m)
+        for m, marker in model_marker.items()
+    ]
+    precision_items = [
+        Line2D([], [], color=precision_color(p), linewidth=3, label=p) for p in precs
+    ]
+    env_items = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            color="0.45",
+            markerfacecolor="0.45" if fill != "none" else "none",
+            markerfacecoloralt="white",
+            markeredgecolor="0.15",
+            fillstyle=fill,
+            label=e,
+        )
+        for e, fill in env_fill.items()
+    ]
+    sectioned_legend(
+        ax,
+        [
+            ("Model", model_items),
+            ("Precision (colour)", precision_items),
+            ("Env (marker fill)", env_items),
+            ("Roofs", _roof_items(n_ranges, n_above)),
+        ],
+        fontsize=8,
+    )
 
 
 def plot_roofline(
@@ -203,7 +457,8 @@ def plot_roofline(
     Every env in ``ceilings_by_env`` gets its roofs; every plottable point (runs_ok
     > 0) must belong to one of them. With one env all its compute roofs are
     drawn; with several, only those of precisions that have points in that env
-    (all of them for an env without points), each labelled with its env.
+    (all of them for an env without points), each labelled with its env
+    (:func:`dnnroofline.model.roofline.roofs_to_draw`).
     Returns counts, ``{"points": n, "above_roof": n, "roofs": n, "ai_ranges": n}``, and
     ``x_max``: the AI axis' right edge (moved right until the roof labels clear the points).
     """
@@ -216,302 +471,125 @@ def plot_roofline(
     if stray:
         raise InputError(f"points of env(s) {stray} but no ceilings given for them")
     combined = len(envs) > 1
-
-    # ---- roofs to draw: (env, prec, source, peak, mem_source, bw)
-    roof_specs = []
-    mem_specs = {}  # (env, source) -> bw
-    for env in envs:
-        where = ceilings_sources.get(env, ceilings_path(env))
-        compute, memory = _env_roofs(env, ceilings_by_env[env], where)
-        env_pts = pts[pts["env"] == env] if len(pts) else pts
-        wanted = None
-        if combined and len(env_pts):
-            wanted = set()
-            for p in env_pts["precision"].unique():
-                wanted.update(roofline.precision_aliases(p))
-        for p in env_pts["precision"].unique() if len(env_pts) else []:
-            if not any(cp in roofline.precision_aliases(p) for cp, _ in compute):
-                raise InputError(f"{where}: env {env!r} has no compute peak for precision {p!r}")
-        for (prec, source), peak in sorted(compute.items()):
-            if wanted is not None and prec not in wanted:
-                continue
-            msrc, bw = _paired_memory(memory, source)
-            roof_specs.append((env, prec, source, peak, msrc, bw))
-            mem_specs[(env, msrc)] = bw
-
-    # ---- axis ranges that hold every point, ridge and roof
-    ridges = [peak / bw for *_, peak, _, bw in roof_specs]
-    peaks = [s[3] for s in roof_specs]
-    ais = list(pts["ai"].astype(float)) if len(pts) else []
-    for col in ("ai_low", "ai_high"):
-        if col in pts:
-            ais += [v for v in pts[col].astype(float) if math.isfinite(v) and v > 0]
-    att = list(pts["attained_flops"].astype(float)) if len(pts) else []
-    xlo = 10 ** math.floor(math.log10(min(ais + ridges) / 4))
-    xhi = 10 ** math.ceil(math.log10(max(ais + ridges) * 4))
-    ylo = 10 ** math.floor(math.log10(min(att + [min(peaks)]) / 5))
-    yhi = 10 ** math.ceil(math.log10(max(att + peaks) * 3))
-
+    pairs = roofline.roofs_to_draw(
+        ceilings_by_env,
+        pts.groupby("env")["precision"].unique().to_dict() if len(pts) else {},
+        {env: ceilings_sources.get(env, ceilings_path(env)) for env in envs},
+    )
+    xlim, ylim = _roofline_limits(pts, pairs)
+    # in a plot of several envs the marker's fill style tells the env
     env_fill = {e: ENV_FILLSTYLES[i % len(ENV_FILLSTYLES)] for i, e in enumerate(envs)}
+    env_fill = env_fill if combined else {}
     models = sorted(pts["model"].unique()) if len(pts) else []
     model_marker = {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(models)}
-
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
-        ax = fig.add_subplot()
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(xlo, xhi)
-        ax.set_ylim(ylo, yhi)
-        ax.set_xlabel(AXIS_X)
-        ax.set_ylabel(AXIS_Y)
-        ax.set_title(title)
-        ax.grid(True, which="major", color="0.88", linewidth=0.6)
-        ax.grid(True, which="minor", color="0.95", linewidth=0.4)
-        ax.set_axisbelow(True)
-
-        # Compute roof labels: one per distinct roof (roof_labels), right-aligned at the
-        # right edge, which moves right until they clear the points.
-        roof_labels = compute_roof_labels(
-            ((env, prec, source, peak, peak / bw) for env, prec, source, peak, _, bw in roof_specs),
-            combined,
+        ax = log_axes(fig, title, AXIS_Y, xlim, ylim)
+        batch_markers = _batch_markers(pts)
+        xhi, label_boxes = _draw_roofs(ax, pairs, combined, pts, batch_markers)
+        n_above, n_ranges = _draw_points(
+            ax, pts, batch_markers, label_boxes, env_fill, model_marker
         )
-        # a sweep's batch labels alternate above and below: neighbours' do not collide
-        label_below: dict[int, bool] = {}
-        for _, g in pts.groupby(["env", "model", "precision"], sort=True) if len(pts) else []:
-            for i, idx in enumerate(g.sort_values("batch_size").index):
-                label_below[idx] = i % 2 == 1
-        batch_markers = [
-            (
-                r.ai,
-                r.attained_flops,
-                Marker(
-                    0.0,
-                    0.0,
-                    POINT_MARKER_PT / 2,
-                    f"bs{int(r.batch_size)}",
-                    text_width_pt(f"bs{int(r.batch_size)}", BATCH_LABEL_PT),
-                    label_below.get(idx, False),
-                ),
-            )
-            for idx, r in zip(pts.index, pts.itertuples(index=False), strict=True)
-        ]
-        xhi, dys, roof_label_boxes = place_compute_roof_labels(
-            ax,
-            [(lab.text, key[2], lab.prefer_above) for key, lab in roof_labels.items()],
-            marker_obstacles(ax, batch_markers) + _range_obstacles(ax, pts),
+        precs = sorted(
+            {p.compute.precision for p in pairs} | set(pts["precision"] if len(pts) else [])
         )
-        roof_dy = dict(zip(roof_labels, dys, strict=True))
-
-        # Roofs are drawn per env (their gids name it), labels once per distinct roof:
-        # see roof_labels. Memory roofs: diagonal from the left edge to the farthest
-        # ridge they join, labelled side by side across the diagonals at one x.
-        mem_labels = memory_roof_labels(
-            ((env, msrc, bw) for (env, msrc), bw in sorted(mem_specs.items())), combined
-        )
-        ends = {  # a memory roof runs to the farthest ridge it joins
-            key: max(peak / bw for *_, peak, msrc, bw in roof_specs if (msrc, bw) == key)
-            for key in mem_labels
-        }
-        diag = place_memory_roof_labels(
-            ax,
-            [(lab.text, key[1], ends[key], lab.prefer_above) for key, lab in mem_labels.items()],
-            marker_obstacles(ax, batch_markers),
-        )
-        label_x, mem_label_boxes = diag.x, diag.bounds
-        mem_dy = dict(zip(mem_labels, diag.dys, strict=True))
-        for (env, msrc), bw in sorted(mem_specs.items()):
-            x_end = max(peak / b for e, _, _, peak, ms, b in roof_specs if e == env and ms == msrc)
-            label = mem_labels[(msrc, bw)]
-            draw_memory_roof(
-                ax,
-                bw,
-                xlo,
-                x_end,
-                color="0.2",
-                source=msrc,
-                gid=_gid("roof", env, "memory", msrc),
-                label=label.text if env == label.envs[0] else None,
-                label_x=label_x,
-                label_dy=mem_dy[(msrc, bw)],
-            )
-
-        # compute roofs: horizontal from their ridge to the right edge, ridge marked
-        for env, prec, source, peak, _msrc, bw in roof_specs:
-            color = precision_color(prec)
-            ridge = peak / bw
-            key = (prec, source, peak)
-            draw_compute_roof(
-                ax,
-                peak,
-                ridge,
-                xhi,
-                color=color,
-                source=source,
-                gid=_gid("roof", env, "compute", prec, source),
-                label=roof_labels[key].text if env == roof_labels[key].envs[0] else None,
-                label_dy=roof_dy[key],
-            )
-            ax.plot(
-                [ridge],
-                [peak],
-                marker="D",
-                markersize=4.5,
-                color=color,
-                markeredgecolor="0.2",
-                linestyle="none",
-                gid=_gid("ridge", env, prec, source),
-                zorder=3,
-            )
-
-        # points; a thin line joins the batch sizes of one (env, model, precision)
-        n_above = 0
-        if len(pts):
-            for (env, model, prec), g in pts.groupby(["env", "model", "precision"], sort=True):
-                g = g.sort_values("batch_size")
-                if len(g) > 1:
-                    ax.plot(
-                        g["ai"].astype(float),
-                        g["attained_flops"].astype(float),
-                        color=precision_color(prec),
-                        linewidth=0.8,
-                        alpha=0.4,
-                        gid=_gid("sweep", env, model, prec),
-                        zorder=4,
-                    )
-        spots = place_point_labels_pt(ax, batch_markers, roof_label_boxes + mem_label_boxes)
-        n_ranges = 0
-        for spot, (*_, marker), r in zip(
-            spots, batch_markers, pts.itertuples(index=False), strict=True
-        ):
-            color = precision_color(r.precision)
-            fill = env_fill[r.env] if combined else "full"
-            lo, hi = getattr(r, "ai_low", math.nan), getattr(r, "ai_high", math.nan)
-            if math.isfinite(lo) and math.isfinite(hi) and hi > lo > 0:
-                n_ranges += 1
-                ax.plot(
-                    [lo, hi],
-                    [r.attained_flops, r.attained_flops],
-                    color=color,
-                    linewidth=2.2,
-                    alpha=0.45,
-                    solid_capstyle="butt",
-                    marker="|",
-                    markersize=7,
-                    gid=_gid("ai-range", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
-                    zorder=4.5,
-                )
-            ax.plot(
-                [r.ai],
-                [r.attained_flops],
-                linestyle="none",
-                marker=model_marker[r.model],
-                markersize=POINT_MARKER_PT,
-                color=color,
-                markerfacecolor=color if fill != "none" else "none",
-                markerfacecoloralt="white",
-                markeredgecolor=color if fill == "none" else "0.15",
-                markeredgewidth=1.2 if fill == "none" else 0.6,
-                fillstyle=fill,
-                gid=_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
-                zorder=5,
-            )
-            draw_point_label(ax, r.ai, r.attained_flops, marker, spot)
-            if _bool(r.above_roof):
-                n_above += 1
-                draw_above_roof_ring(
-                    ax,
-                    r.ai,
-                    r.attained_flops,
-                    _gid("above-roof", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
-                    zorder=6,
-                )
-        if not len(pts):
-            ax.text(
-                0.5,
-                0.5,
-                "no successful runs to plot",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                color="0.4",
-            )
-
-        model_items = [
-            Line2D([], [], linestyle="none", marker=model_marker[m], color="0.45", label=m)
-            for m in models
-        ]
-        precs = sorted({s[1] for s in roof_specs} | set(pts["precision"] if len(pts) else []))
-        precision_items = [
-            Line2D([], [], color=precision_color(p), linewidth=3, label=p) for p in precs
-        ]
-        env_items = [
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                color="0.45",
-                markerfacecolor="0.45" if env_fill[e] != "none" else "none",
-                markerfacecoloralt="white",
-                markeredgecolor="0.15",
-                fillstyle=env_fill[e],
-                label=e,
-            )
-            for e in (envs if combined else [])
-        ]
-        roof_items = [
-            Line2D([], [], color="0.2", linestyle=LINESTYLES[source], label=f"{source} peak")
-            for source in roofline.ROOF_SOURCES
-        ]
-        roof_items.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="D",
-                color="0.6",
-                markeredgecolor="0.2",
-                markersize=4.5,
-                label="ridge point (FLOP/byte)",
-            )
-        )
-        if n_ranges:
-            roof_items.append(
-                Line2D(
-                    [],
-                    [],
-                    color="0.45",
-                    linewidth=2.2,
-                    alpha=0.45,
-                    marker="|",
-                    markersize=7,
-                    label=AI_RANGE_LABEL,
-                )
-            )
-        if n_above:
-            roof_items.append(above_roof_handle())
-        sectioned_legend(
-            ax,
-            [
-                ("Model", model_items),
-                ("Precision (colour)", precision_items),
-                ("Env (marker fill)", env_items),
-                ("Roofs", roof_items),
-            ],
-            fontsize=8,
-        )
+        _roofline_legend(ax, model_marker, precs, env_fill, n_ranges, n_above)
         save_figure(fig, out_png, out_svg)
     return {
         "points": len(pts),
         "above_roof": n_above,
-        "roofs": len(roof_specs),
+        "roofs": len(pairs),
         "ai_ranges": n_ranges,
         "x_max": xhi,
     }
 
 
 # --------------------------------------------------------------------------- throughput
+
+
+def _throughput_line(ax, ok: pd.DataFrame, env: str, model: str, prec: str, linestyle: str):
+    """Median images/s per batch size, bars from min to max over the ok repeats."""
+    med = ok["images_per_s"].to_numpy(float)
+    yerr = np.vstack(
+        [
+            med - ok["images_per_s_min"].to_numpy(float),
+            ok["images_per_s_max"].to_numpy(float) - med,
+        ]
+    )
+    cont = ax.errorbar(
+        ok["batch_size"].to_numpy(float),
+        med,
+        yerr=yerr,
+        color=precision_color(prec),
+        linestyle=linestyle,
+        marker="o",
+        markersize=4.5,
+        capsize=3,
+        linewidth=1.5,
+    )
+    cont.lines[0].set_gid(_gid("throughput", env, model, prec))
+    for coll in cont.lines[2]:
+        coll.set_gid(_gid("errorbar", env, model, prec))
+
+
+def _failed_marks(ax, batches, env: str, model: str, prec: str) -> int:
+    """A red x at the bottom of the subplot for each batch where every run failed."""
+    trans = blended_transform_factory(ax.transData, ax.transAxes)
+    for b in batches:
+        ax.plot(
+            [float(b)],
+            [0.04],
+            transform=trans,
+            marker="x",
+            markersize=7,
+            color=ABOVE_ROOF_COLOR,
+            linestyle="none",
+            gid=_gid("failed", env, model, prec, f"bs{int(b)}"),
+            clip_on=False,
+        )
+    return len(batches)
+
+
+def _batch_axis(ax, model: str, batches: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(batches))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    if len(batches) == 1:
+        ax.set_xlim(batches[0] / 1.5, batches[0] * 1.5)
+    ax.set_ylim(bottom=0)
+    ax.set_title(model)
+    ax.set_xlabel("Batch size")
+    ax.set_ylabel("Throughput (images/s)")
+    ax.grid(True, color="0.9", linewidth=0.6)
+
+
+def _throughput_panel(ax, sub: pd.DataFrame, model: str, env_ls, legend_handles) -> tuple:
+    """One model's subplot: a line per (env, precision); returns (lines, failed batches)."""
+    n_lines = n_failed = 0
+    for (env, prec), g in sub.groupby(["env", "precision"], sort=True):
+        g = g.sort_values("batch_size")
+        ok = g[g["runs_ok"] > 0]
+        label = f"{env} {prec}"
+        if len(ok):
+            _throughput_line(ax, ok, env, model, prec, env_ls[env])
+            n_lines += 1
+            legend_handles.setdefault(
+                label,
+                Line2D(
+                    [],
+                    [],
+                    color=precision_color(prec),
+                    linestyle=env_ls[env],
+                    marker="o",
+                    label=label,
+                ),
+            )
+        n_failed += _failed_marks(
+            ax, list(g.loc[g["runs_ok"] == 0, "batch_size"]), env, model, prec
+        )
+    _batch_axis(ax, model, sorted(int(b) for b in sub["batch_size"].unique()))
+    return n_lines, n_failed
 
 
 def plot_throughput(
@@ -539,64 +617,8 @@ def plot_throughput(
         legend_handles: dict[str, Line2D] = {}
         for ax, model in zip(axes, models, strict=False):
             sub = summ[summ["model"] == model]
-            for (env, prec), g in sub.groupby(["env", "precision"], sort=True):
-                g = g.sort_values("batch_size")
-                ok = g[g["runs_ok"] > 0]
-                label = f"{env} {prec}"
-                color = precision_color(prec)
-                if len(ok):
-                    med = ok["images_per_s"].to_numpy(float)
-                    yerr = np.vstack(
-                        [
-                            med - ok["images_per_s_min"].to_numpy(float),
-                            ok["images_per_s_max"].to_numpy(float) - med,
-                        ]
-                    )
-                    cont = ax.errorbar(
-                        ok["batch_size"].to_numpy(float),
-                        med,
-                        yerr=yerr,
-                        color=color,
-                        linestyle=env_ls[env],
-                        marker="o",
-                        markersize=4.5,
-                        capsize=3,
-                        linewidth=1.5,
-                    )
-                    cont.lines[0].set_gid(_gid("throughput", env, model, prec))
-                    for coll in cont.lines[2]:
-                        coll.set_gid(_gid("errorbar", env, model, prec))
-                    n_lines += 1
-                    legend_handles.setdefault(
-                        label,
-                        Line2D([], [], color=color, linestyle=env_ls[env], marker="o", label=label),
-                    )
-                trans = blended_transform_factory(ax.transData, ax.transAxes)
-                for b in g.loc[g["runs_ok"] == 0, "batch_size"]:
-                    ax.plot(
-                        [float(b)],
-                        [0.04],
-                        transform=trans,
-                        marker="x",
-                        markersize=7,
-                        color=ABOVE_ROOF_COLOR,
-                        linestyle="none",
-                        gid=_gid("failed", env, model, prec, f"bs{int(b)}"),
-                        clip_on=False,
-                    )
-                    n_failed += 1
-            batches = sorted(int(b) for b in sub["batch_size"].unique())
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(batches))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_major_formatter(ScalarFormatter())
-            if len(batches) == 1:
-                ax.set_xlim(batches[0] / 1.5, batches[0] * 1.5)
-            ax.set_ylim(bottom=0)
-            ax.set_title(model)
-            ax.set_xlabel("Batch size")
-            ax.set_ylabel("Throughput (images/s)")
-            ax.grid(True, color="0.9", linewidth=0.6)
+            lines, failed = _throughput_panel(ax, sub, model, env_ls, legend_handles)
+            n_lines, n_failed = n_lines + lines, n_failed + failed
         for ax in axes[len(models) :]:
             ax.set_visible(False)
         if not models:
