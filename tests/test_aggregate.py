@@ -12,16 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline.aggregate.inputs import key_ceilings, key_complexity, match_ncu_stems
-from dnnroofline.aggregate.metrics import (
-    METRICS_COLUMNS,
-    METRICS_DTYPES,
-    POINTS_COLUMNS,
-    failed_groups,
-    metrics_frame,
-    plottable_points,
-    roofline_points_frame,
-)
+from dnnroofline.aggregate.inputs import key_by_identity, key_ceilings, key_complexity
+from dnnroofline.aggregate.metrics import METRICS_COLUMNS, METRICS_DTYPES, metrics_frame
+from dnnroofline.aggregate.points import POINTS_COLUMNS, plottable_points, roofline_points_frame
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,7 +333,6 @@ def test_group_without_ok_runs_is_a_row_but_never_a_point():
     assert pd.isna(bad["ai_source"]) and pd.isna(bad["bound"])
     assert not bad["above_roof"]
     assert list(plottable_points(pts)["precision"]) == ["fp32"]
-    assert list(failed_groups(pts)["precision"]) == ["bf16"]
 
 
 #: The ncu stage's record of where its totals come from (ncu_profile.PROVENANCE).
@@ -571,15 +563,42 @@ def test_points_survive_a_csv_round_trip(tmp_path):
 # ----------------------------------------------------------------------------- file keying
 
 
-def test_match_ncu_stems_uses_known_groups_not_underscores():
-    groups = [("gcp_l4", "mobilenet_v2", "amp", 32), ("local", "resnet18", "fp32", 8)]
-    matched, unmatched = match_ncu_stems(
-        ["gcp_l4_mobilenet_v2_amp_bs32", "gcp_l4_resnet50_amp_bs32"], groups
-    )
-    assert matched == {"gcp_l4_mobilenet_v2_amp_bs32": ("gcp_l4", "mobilenet_v2", "amp", 32)}
-    assert unmatched == ["gcp_l4_resnet50_amp_bs32"]
-    with pytest.raises(InputError, match="ambiguous"):
-        match_ncu_stems([], [("a_b", "c", "fp32", 8), ("a", "b_c", "fp32", 8)])
+def driver_run(env: str, model: str, precision: str, batch: int) -> dict:
+    """The run record a capture keeps of its driver: the run identity it holds."""
+    config = {"arch": model, "precision": precision, "batch_size": batch}
+    return {"driver_run": {"status": "ok", "env": env, "config": config}}
+
+
+def test_key_by_identity_reads_the_content_not_the_name():
+    groups = [("a_b", "c", "fp32", 8), ("a", "b_c", "fp32", 8)]
+    # both identities spell a_b_c_fp32_bs8: only the content tells them apart
+    docs = [
+        ("x.json", driver_run("a", "b_c", "fp32", 8)),
+        ("y.json", driver_run("a_b", "c", "fp32", 8)),
+    ]
+    matched, unmatched = key_by_identity(docs, groups)
+    assert {key: where for key, (where, _) in matched.items()} == {
+        ("a", "b_c", "fp32", 8): "x.json",
+        ("a_b", "c", "fp32", 8): "y.json",
+    }
+    assert unmatched == []
+    other = [("z.json", driver_run("gcp_l4", "resnet50", "amp", 32))]
+    assert key_by_identity(other, groups) == ({}, ["z.json"])
+    with pytest.raises(InputError, match=r"described twice: x\.json and w\.json"):
+        key_by_identity([*docs, ("w.json", driver_run("a", "b_c", "fp32", 8))], groups)
+
+
+def test_key_by_identity_refuses_an_ok_file_without_one_and_passes_over_a_failed_one():
+    groups = [("local", "resnet18", "fp32", 8)]
+    with pytest.raises(
+        InputError, match=r"results/local/ncu/local_resnet18_fp32_bs8\.json: cannot"
+    ):
+        key_by_identity(
+            [("results/local/ncu/local_resnet18_fp32_bs8.json", {"status": "ok", "totals": {}})],
+            groups,
+        )
+    failed = {"status": "unavailable", "reason": "profiler_not_loaded", "driver_run": None}
+    assert key_by_identity([("f.json", failed)], groups) == ({}, ["f.json"])
 
 
 def test_key_complexity_and_ceilings():
@@ -639,9 +658,15 @@ def test_cli_pipeline_metrics_then_points(tmp_path):
         write_json(tmp_path / "gcp_l4" / "ceilings.json", l4),
     ]
     ncu_doc = {"totals": {"flop": {"total": 4e10}, "bytes": {"dram": 2e9}}, **STEP_BYTES}
+    # keyed by the identity each holds: the file names say nothing
     ncu = [
-        write_json(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_mobilenet_v2_amp_bs8.json", ncu_doc),
-        write_json(tmp_path / "gcp_l4" / "ncu" / "gcp_l4_resnet50_amp_bs8.json", ncu_doc),
+        write_json(
+            tmp_path / "ncu" / "a.json",
+            {**ncu_doc, **driver_run("gcp_l4", "mobilenet_v2", "amp", 8)},
+        ),
+        write_json(
+            tmp_path / "ncu" / "b.json", {**ncu_doc, **driver_run("gcp_l4", "resnet50", "amp", 8)}
+        ),
     ]
     points_csv = tmp_path / "points.csv"
     res = run_script(
@@ -653,7 +678,7 @@ def test_cli_pipeline_metrics_then_points(tmp_path):
         "--out", points_csv,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert "gcp_l4_resnet50_amp_bs8.json matches no run group" in res.stderr
+    assert "ncu/b.json matches no run group" in res.stderr
     pts = pd.read_csv(points_csv)
     assert list(pts.columns) == POINTS_COLUMNS
     l4_row = pts[pts["env"] == "gcp_l4"].iloc[0]

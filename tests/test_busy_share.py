@@ -18,11 +18,12 @@ import pytest
 import torch
 
 from dnnroofline.aggregate.inputs import key_ceilings
-from dnnroofline.aggregate.metrics import METRICS_DTYPES, POINTS_DTYPES, roofline_points_frame
+from dnnroofline.aggregate.metrics import METRICS_DTYPES
+from dnnroofline.aggregate.points import POINTS_DTYPES, roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.formatting import fmt_time
 from dnnroofline.model import busy_share, roofline
-from dnnroofline.report.compare import short_lever
+from dnnroofline.model.levers import short_lever
 from dnnroofline.report.ncu_comparison import comparison_page, comparison_rows
 from dnnroofline.report.terminal import study_summary
 
@@ -233,8 +234,11 @@ def test_roofline_points_cli_reads_trace_tables_and_old_ones_from_their_trace(tm
         "status": "ok",
         "trace": {"file": str(trace), "activities": ["cpu", "cuda"]},
     }
+    # a trace table is its traced run's record: the run identity is its env and config
+    old["env"], old["config"] = "h100", {"arch": "resnet50", "precision": "bf16", "batch_size": 256}
     (tmp_path / "h100_resnet50_bf16_bs256.ops.json").write_text(json.dumps(old))
     new = dict(old, busy={"basis": "trace", "busy_s_per_step": 0.06, "cause": "other"})
+    new["config"] = {"arch": "resnet18", "precision": "fp32", "batch_size": 128}
     (tmp_path / "h100_resnet18_fp32_bs128.ops.json").write_text(json.dumps(new))
     out = tmp_path / "points.csv"
     cmd = [
@@ -325,6 +329,7 @@ def test_trace_page_gives_the_busy_share_against_the_timed_median_and_the_cause(
     assert "host-bound" in text and f"What the idle device waited on: {cause}." in text
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_a_real_amp_cuda_trace_names_the_grad_scalers_sync(tmp_path):
     import os

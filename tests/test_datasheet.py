@@ -81,23 +81,23 @@ def test_h100_sxm_figures():
 
 
 @pytest.mark.parametrize(
-    "key,fp32,tf32,fp16,bf16,bw",
+    "name,fp32,tf32,fp16,bf16,bw",
     [
-        ("h100_pcie", 51e12, 378e12, 756e12, 756e12, 2.0e12),
-        ("h200_sxm", 67e12, 495e12, 989e12, 989e12, 4.8e12),
-        ("a100_sxm_80gb", 19.5e12, 156e12, 312e12, 312e12, 2.039e12),
-        ("a100_sxm_40gb", 19.5e12, 156e12, 312e12, 312e12, 1.555e12),
-        ("a100_pcie_40gb", 19.5e12, 156e12, 312e12, 312e12, 1.555e12),
-        ("l4", 30.3e12, 60e12, 121e12, 121e12, 300e9),
-        ("t4", 8.1e12, None, 65e12, None, 320e9),
-        ("rtx_4090", 82.6e12, 82.6e12, 165.2e12, 165.2e12, 1008e9),
-        ("rtx_4080", 48.7e12, 48.7e12, 97.5e12, 97.5e12, 716.8e9),
-        ("v100_sxm2", 15.7e12, None, 125e12, None, 900e9),
-        ("v100_pcie", 14e12, None, 112e12, None, 900e9),
+        ("NVIDIA H100 PCIe", 51e12, 378e12, 756e12, 756e12, 2.0e12),
+        ("NVIDIA H200", 67e12, 495e12, 989e12, 989e12, 4.8e12),
+        ("NVIDIA A100-SXM4-80GB", 19.5e12, 156e12, 312e12, 312e12, 2.039e12),
+        ("NVIDIA A100-SXM4-40GB", 19.5e12, 156e12, 312e12, 312e12, 1.555e12),
+        ("NVIDIA A100-PCIE-40GB", 19.5e12, 156e12, 312e12, 312e12, 1.555e12),
+        ("NVIDIA L4", 30.3e12, 60e12, 121e12, 121e12, 300e9),
+        ("Tesla T4", 8.1e12, None, 65e12, None, 320e9),
+        ("NVIDIA GeForce RTX 4090", 82.6e12, 82.6e12, 165.2e12, 165.2e12, 1008e9),
+        ("NVIDIA GeForce RTX 4080", 48.7e12, 48.7e12, 97.5e12, 97.5e12, 716.8e9),
+        ("Tesla V100-SXM2-16GB", 15.7e12, None, 125e12, None, 900e9),
+        ("Tesla V100-PCIE-32GB", 14e12, None, 112e12, None, 900e9),
     ],
 )
-def test_rows_match_reference_table(key, fp32, tf32, fp16, bf16, bw):
-    g = ds.gpu_by_key(key)
+def test_rows_match_reference_table(name, fp32, tf32, fp16, bf16, bw):
+    g = ds.lookup_gpu(name)
     for got, want in ((g.fp32, fp32), (g.tf32, tf32), (g.fp16, fp16), (g.bf16, bf16)):
         if want is None:
             assert got is None
@@ -131,7 +131,7 @@ def test_every_row_is_cited_and_dense_rates_are_ordered():
 
 def test_unknown_precision_raises():
     with pytest.raises(InputError, match="fp8"):
-        ds.gpu_by_key("l4").flops("fp8")
+        ds.lookup_gpu("NVIDIA L4").flops("fp8")
 
 
 # ----------------------------------------------------------------------------- CPUs

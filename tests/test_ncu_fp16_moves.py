@@ -21,7 +21,8 @@ from dnnroofline.ncu.fp16 import (
 )
 from dnnroofline.ncu.kernels import kernel_points
 from dnnroofline.ncu.metrics import tensor_pipe_instructions
-from dnnroofline.ncu.parse import _read_table, parse_ncu_text
+from dnnroofline.ncu.parse import parse_ncu_text
+from dnnroofline.ncu.table import read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NCU = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"
@@ -104,7 +105,7 @@ def test_every_hfma_of_a_kernel_without_tensor_ops_fits_in_its_tensor_pipe():
     captures; outside the tensor kernels no HMUL ever ran."""
     checked = 0
     for name in CAPTURES:
-        for k in _read_table(_text(name), name).kernels:
+        for k in read_table(_text(name), name).kernels:
             v = k.values
             ops = [x for n, x in v.items() if n.startswith("sm__ops_path_tensor_")]
             if any(x for x in ops):

@@ -11,7 +11,8 @@ import torch
 from test_aggregate import make_run
 from torch import nn
 
-from dnnroofline.aggregate import metrics as aggregate
+from dnnroofline.aggregate.metrics import metrics_frame
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.model import complexity as cx
 from dnnroofline.model import traffic
@@ -185,7 +186,7 @@ def test_ncu_fixture_ai_against_the_forward_range(resnet18_cifar):
 
 
 def _metrics(env: str, model: str, batch: int, median: float) -> pd.DataFrame:
-    return aggregate.metrics_frame([make_run(env, model, "fp32", batch, 1, median=median)])
+    return metrics_frame([make_run(env, model, "fp32", batch, 1, median=median)])
 
 
 def _ceilings(peak: float, bw: float, llc: int | None) -> dict:
@@ -210,7 +211,7 @@ def test_points_get_range_and_honest_bound():
     }
     metrics = _metrics("local", "toy", 8, 1e-3)
     for ridge, bound in ((10.0, "compute"), (50.0, "inconclusive"), (200.0, "memory")):
-        pts = aggregate.roofline_points_frame(
+        pts = roofline_points_frame(
             metrics, {("toy", 8): comp}, {"local": _ceilings(ridge * 1e9, 1e9, None)}
         )
         r = pts.iloc[0]
@@ -222,15 +223,13 @@ def test_points_get_range_and_honest_bound():
     # reuse (on the H100 an L2-flushed replay moved what the step moved)
     comp["traffic"]["table"] = [[20_000, "act", 3, 2, 1]]
     for llc in (1 << 20, None):
-        pts = aggregate.roofline_points_frame(
+        pts = roofline_points_frame(
             metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, llc)}
         )
         assert pts.iloc[0]["ai_low"] == pytest.approx(1_000_000 / 100_200), llc
     # an old complexity JSON without a traffic table: no range, the old bound
     del comp["traffic"]
-    pts = aggregate.roofline_points_frame(
-        metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, None)}
-    )
+    pts = roofline_points_frame(metrics, {("toy", 8): comp}, {"local": _ceilings(50e9, 1e9, None)})
     assert math.isnan(pts.iloc[0]["ai_low"]) and pts.iloc[0]["bound"] == "compute"
 
 
@@ -244,7 +243,7 @@ def test_broken_traffic_table_names_the_file():
         "traffic": {"table": [[20_000, "activation", 1, 1, 1]]},
     }
     with pytest.raises(InputError, match=r"results/complexity/toy_bs8\.json: .*row 0"):
-        aggregate.roofline_points_frame(
+        roofline_points_frame(
             _metrics("local", "toy", 8, 1e-3),
             {("toy", 8): comp},
             {"local": _ceilings(50e9, 1e9, None)},

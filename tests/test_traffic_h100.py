@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline.aggregate.metrics import METRICS_DTYPES, roofline_points_frame
+from dnnroofline.aggregate.metrics import METRICS_DTYPES
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.model import complexity as cx
 from dnnroofline.model import traffic
 from dnnroofline.report.ncu_comparison import (

@@ -8,12 +8,11 @@
         [--traces results/*/traces/*.ops.json] --out results/roofline_points.csv
 
 Complexity files are keyed by their ``arch`` and ``batch_size`` keys, ceilings
-files by their ``env`` key, and parsed ncu files by their name
-``{env}_{model}_{precision}_bs{batch}.json``, matched against the groups in the
-metrics table (so underscores in env and model names are never split). An ncu
-file that matches no group is reported and ignored. Trace tables (``.ops.json``) give
-the kernel-busy share; one made before it was recorded (no ``busy`` block) has it
-computed from the trace beside it.
+files by their ``env`` key, and parsed ncu and perf files and trace tables by the run
+identity they hold (``env`` and the driver's ``config``), never by their name. A file
+that matches no group in the metrics table is reported and ignored. Trace tables
+(``.ops.json``) give the kernel-busy share; one made before it was recorded (no
+``busy`` block) has it computed from the trace beside it.
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate.inputs import key_ceilings, key_complexity, match_ncu_stems
-from dnnroofline.aggregate.metrics import GROUP_KEYS, METRICS_DTYPES, roofline_points_frame
+from dnnroofline.aggregate.inputs import key_by_identity, key_ceilings, key_complexity
+from dnnroofline.aggregate.metrics import GROUP_KEYS, METRICS_DTYPES
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.model.busy_share import trace_summary
@@ -38,9 +38,9 @@ def read_metrics(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: cannot read metrics CSV: {exc}") from exc
 
 
-def trace_busy(table_path: str) -> dict | None:
-    """The ``busy`` block of a trace table; None for a failed trace job."""
-    doc = read_json(table_path)
+def trace_busy(table_path: str, doc: object) -> dict | None:
+    """The ``busy`` block of a trace table (``doc``, read from ``table_path``); None for a
+    failed trace job."""
     if not isinstance(doc, dict) or doc.get("status") != "ok":
         return None
     if isinstance(doc.get("busy"), dict):
@@ -57,36 +57,21 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
     complexity = key_complexity((p, read_json(p)) for p in args.complexity)
     ceilings, ceilings_sources = key_ceilings((p, read_json(p)) for p in args.ceilings)
     groups = [tuple(k) for k in metrics[GROUP_KEYS].drop_duplicates().itertuples(index=False)]
-    by_stem = {Path(p).name.removesuffix(".json"): p for p in args.ncu}
-    matched, unmatched = match_ncu_stems(by_stem, groups)
-    for stem in unmatched:
-        print(
-            f"roofline_points: warning: {by_stem[stem]} matches no run group; ignored",
-            file=sys.stderr,
-        )
-    ncu = {key: read_json(by_stem[stem]) for stem, key in matched.items()}
-    ncu_sources = {key: by_stem[stem] for stem, key in matched.items()}
-    perf_by_stem = {Path(p).name.removesuffix(".json"): p for p in args.perf}
-    perf_matched, perf_unmatched = match_ncu_stems(perf_by_stem, groups)
-    for stem in perf_unmatched:
-        print(
-            f"roofline_points: warning: {perf_by_stem[stem]} matches no run group; ignored",
-            file=sys.stderr,
-        )
-    perf = {key: read_json(perf_by_stem[stem]) for stem, key in perf_matched.items()}
-    trace_by_stem = {Path(p).name.removesuffix(".ops.json"): p for p in args.traces}
-    trace_matched, _ = match_ncu_stems(trace_by_stem, groups)
-    traces = {key: trace_busy(trace_by_stem[stem]) for stem, key in trace_matched.items()}
+    ncu, ncu_unmatched = key_by_identity(((p, read_json(p)) for p in args.ncu), groups)
+    perf, perf_unmatched = key_by_identity(((p, read_json(p)) for p in args.perf), groups)
+    for where in ncu_unmatched + perf_unmatched:
+        print(f"roofline_points: warning: {where} matches no run group; ignored", file=sys.stderr)
+    traces, _ = key_by_identity(((p, read_json(p)) for p in args.traces), groups)
     return roofline_points_frame(
         metrics,
         complexity,
         ceilings,
-        ncu,
+        {key: doc for key, (_, doc) in ncu.items()},
         ceilings_sources=ceilings_sources,
-        ncu_sources=ncu_sources,
-        perf=perf,
-        perf_sources={key: perf_by_stem[stem] for stem, key in perf_matched.items()},
-        traces=traces,
+        ncu_sources={key: where for key, (where, _) in ncu.items()},
+        perf={key: doc for key, (_, doc) in perf.items()},
+        perf_sources={key: where for key, (where, _) in perf.items()},
+        traces={key: trace_busy(where, doc) for key, (where, doc) in traces.items()},
     )
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dnnroofline.aggregate.metrics import METRICS_DTYPES, POINTS_DTYPES
+from dnnroofline.aggregate.metrics import METRICS_DTYPES
+from dnnroofline.aggregate.points import POINTS_DTYPES
 from dnnroofline.report.terminal import study_summary
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from dnnroofline.aggregate.inputs import key_ceilings
-from dnnroofline.aggregate.metrics import POINTS_DTYPES
+from dnnroofline.aggregate.points import POINTS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 

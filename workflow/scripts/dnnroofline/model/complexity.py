@@ -84,12 +84,13 @@ import torch
 from torch import nn
 
 from dnnroofline.errors import InputError
+from dnnroofline.model import traffic as tr
 from dnnroofline.model.flop_count import FlopCount, as_args, preserved_state, trace_flops
+from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, require_known
 
 SCHEMA_VERSION = 1
 OPTIMIZER_FLOPS_PER_PARAM = 6
 OPTIMIZER = {"name": "SGD", "momentum": 0.9, "weight_decay": 1e-4}
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 FP32_BYTES = 4
 HALF_BYTES = 2
 WORKSPACE_FIXED_BYTES = 64_000_000
@@ -195,8 +196,8 @@ class SavedTensors:
         Everything scales with the batch except the 0/1-dim saved tensors (batch norm's
         per-channel mean and inverse std), which are batch-independent.
         """
-        _check_precision(precision)
-        num, den = (1, 1) if precision in ("fp32", "tf32") else (HALF_BYTES, FP32_BYTES)
+        require_known(precision)
+        num, den = (HALF_BYTES, FP32_BYTES) if precision in HALF_PRECISIONS else (1, 1)
         per_batch = (self.float_bytes - self.fixed_bytes) * num // den + self.other_bytes
         fixed = self.fixed_bytes * num // den
         return fixed + _scale(per_batch, batch_size, probe)
@@ -275,11 +276,6 @@ def count_flops_and_saved_tensors(
     return flops, collector.result()
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise InputError(f"precision {precision!r}: choose from {', '.join(PRECISIONS)}")
-
-
 def min_dram_bytes_per_step(
     params: int,
     activation_bytes: int,
@@ -302,14 +298,14 @@ def min_dram_bytes_per_step(
     only where a layer before it trains, so it is left out there (a lower bound). ``A``
     is the activation bytes *at that precision*, ``I`` the fp32 input bytes.
     """
-    _check_precision(precision)
+    require_known(precision)
     p = params
     t = params if trainable is None else trainable
     optimizer = 3 * FP32_BYTES * t + 2 * FP32_BYTES * t  # read p, g, m; write p, m
-    if precision in ("fp32", "tf32"):
+    if precision in HALF_PRECISIONS:  # cast: read fp32, write the copy; forward reads it,
+        weights = FP32_BYTES * p + HALF_BYTES * (2 * p + t)  # backward (trained ones)
+    else:
         weights = FP32_BYTES * (p + t)  # read in forward and (trained ones) in backward
-    else:  # cast: read fp32, write the copy; forward reads it, backward (trained ones)
-        weights = FP32_BYTES * p + HALF_BYTES * (2 * p + t)
     grads = FP32_BYTES * t
     scaler = 2 * FP32_BYTES * t if precision == "amp" else 0
     return weights + grads + optimizer + scaler + 2 * activation_bytes + 2 * input_bytes
@@ -327,10 +323,10 @@ def peak_memory_bytes(
     ``trainable`` parameters; default all), saved activations and input, the 2-byte
     weight copy under amp/bf16, and a workspace of 2x the largest saved activation +
     WORKSPACE_FIXED_BYTES."""
-    _check_precision(precision)
+    require_known(precision)
     t = params if trainable is None else trainable
     state = FP32_BYTES * params + 2 * FP32_BYTES * t  # params; grads (in full), momentum
-    copy = HALF_BYTES * params if precision in ("amp", "bf16") else 0
+    copy = HALF_BYTES * params if precision in HALF_PRECISIONS else 0
     workspace = 2 * largest_activation_bytes + WORKSPACE_FIXED_BYTES
     return state + copy + activation_bytes + input_bytes + workspace
 
@@ -444,8 +440,6 @@ def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
 
 def traffic_of_model(model: nn.Module, x: torch.Tensor, batch_size: int) -> dict:
     """The ``traffic`` block of the complexity JSON: method and table at ``batch_size``."""
-    from dnnroofline.model import traffic as tr
-
     records = trace_traffic(model, x)
     return {
         "method": tr.METHOD,
@@ -468,6 +462,66 @@ def count_params(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in unique if p.requires_grad or not trainable_only)
 
 
+def _probe_step(
+    model: nn.Module,
+    name: str,
+    image: tuple[int, int],
+    probes: list[int],
+    gen: torch.Generator,
+) -> tuple[FlopCount, SavedTensors, int]:
+    """(FLOPs, saved tensors, probe batch) of one train-mode step on the first probe
+    batch of ``image`` = (channels, size) images the model trains on: train-mode batch
+    norm needs 2 images where a feature map is 1x1. ModelCannotRun where none does."""
+    in_channels, image_size = image
+    with preserved_state(model):
+        model.train()
+        for i, probe_batch in enumerate(probes):
+            x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
+            try:
+                flops, saved = count_flops_and_saved_tensors(model, x)
+                return flops, saved, probe_batch
+            except ValueError as exc:
+                if i + 1 < len(probes) and "more than 1 value per channel" in str(exc):
+                    continue
+                raise ModelCannotRun(
+                    f"--arch {name!r} at --image-size {image_size}: {exc}"
+                ) from exc
+            except (RuntimeError, AssertionError) as exc:
+                raise ModelCannotRun(
+                    f"--arch {name!r} cannot train on {image_size}x{image_size} images "
+                    f"(--image-size {image_size}): {exc}"
+                ) from exc
+    raise ValueError("no probe batch given")
+
+
+def _bytes_at(
+    precision: str,
+    saved: SavedTensors,
+    batches: tuple[int, int],
+    params: int,
+    trainable: int,
+    input_bytes: int,
+) -> dict:
+    """The ``by_precision`` entry of one precision (its traffic added later), with
+    ``batches`` = (batch size, probe batch) to scale the saved tensors by."""
+    batch_size, probe_batch = batches
+    act = saved.scaled(batch_size, probe_batch, precision)
+    half = precision in HALF_PRECISIONS and saved.largest_is_float
+    largest = _scale(
+        saved.largest_bytes // 2 if half else saved.largest_bytes, batch_size, probe_batch
+    )
+    return {
+        "activation_bytes": act,
+        "min_dram_bytes_per_step": min_dram_bytes_per_step(
+            params, act, input_bytes, precision, trainable
+        ),
+        "peak_memory_bytes": peak_memory_bytes(
+            params, act, input_bytes, largest, precision, trainable
+        ),
+        "weight_copy_bytes": HALF_BYTES * params if precision in HALF_PRECISIONS else 0,
+    }
+
+
 def complexity_of_model(
     model: nn.Module,
     *,
@@ -484,33 +538,15 @@ def complexity_of_model(
     than one value per channel (a 1x1 feature map, e.g. resnet18 at 32x32).
     Raises InputError when the model cannot run at this image size.
     """
-    from dnnroofline.model import traffic as tr
-
     if not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"--batch-size {batch_size!r}: must be a positive integer")
     if not isinstance(image_size, int) or image_size < 1:
         raise InputError(f"--image-size {image_size!r}: must be a positive integer")
     name = arch or type(model).__name__
-    probes = [probe_batch] if probe_batch else [1, 2]
     gen = torch.Generator().manual_seed(0)
-    with preserved_state(model):
-        model.train()
-        for i, probe_batch in enumerate(probes):
-            x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
-            try:
-                flops, saved = count_flops_and_saved_tensors(model, x)
-                break
-            except ValueError as exc:
-                if i + 1 < len(probes) and "more than 1 value per channel" in str(exc):
-                    continue
-                raise ModelCannotRun(
-                    f"--arch {name!r} at --image-size {image_size}: {exc}"
-                ) from exc
-            except (RuntimeError, AssertionError) as exc:
-                raise ModelCannotRun(
-                    f"--arch {name!r} cannot train on {image_size}x{image_size} images "
-                    f"(--image-size {image_size}): {exc}"
-                ) from exc
+    flops, saved, probe_batch = _probe_step(
+        model, name, (in_channels, image_size), [probe_batch] if probe_batch else [1, 2], gen
+    )
 
     def sc(n: int) -> int:
         return _scale(n, batch_size, probe_batch)
@@ -525,22 +561,10 @@ def complexity_of_model(
     backward = sum(v["backward"] for v in by_type.values())
     optimizer = OPTIMIZER_FLOPS_PER_PARAM * trainable
     input_bytes = batch_size * in_channels * image_size * image_size * FP32_BYTES
-
-    by_precision = {}
-    for prec in PRECISIONS:
-        act = saved.scaled(batch_size, probe_batch, prec)
-        half = prec in ("amp", "bf16") and saved.largest_is_float
-        largest = sc(saved.largest_bytes // 2 if half else saved.largest_bytes)
-        by_precision[prec] = {
-            "activation_bytes": act,
-            "min_dram_bytes_per_step": min_dram_bytes_per_step(
-                params, act, input_bytes, prec, trainable
-            ),
-            "peak_memory_bytes": peak_memory_bytes(
-                params, act, input_bytes, largest, prec, trainable
-            ),
-            "weight_copy_bytes": HALF_BYTES * params if prec in ("amp", "bf16") else 0,
-        }
+    by_precision = {
+        prec: _bytes_at(prec, saved, (batch_size, probe_batch), params, trainable, input_bytes)
+        for prec in PRECISIONS
+    }
     fp32 = by_precision["fp32"]
     largest_fp32 = sc(saved.largest_bytes)
     x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)

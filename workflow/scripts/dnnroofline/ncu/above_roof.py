@@ -110,20 +110,3 @@ def above_by_capture(
             where = f"results/{env}/ceilings.json"
             out[key] = kernels_above_measured_roof(doc, ceilings_by_env[env], precision, where)
     return out
-
-
-def above_roof_html(above: list[dict], precision: str) -> str:
-    """The report's sentence on a capture's kernels above their measured roof, naming up
-    to five of them with their rates."""
-    from dnnroofline.report.render import esc
-
-    text = f"<strong>Measured roof.</strong> {esc(summary_line(above, precision))}"
-    if above:
-        named = "; ".join(
-            f"<code>{esc(k['short_name'])}</code> (kernel {esc(k['id'])}) "
-            f"{k['flops'] / 1e12:.1f} TFLOP/s"
-            for k in above[:5]
-        )
-        more = f"; and {len(above) - 5} more" if len(above) > 5 else ""
-        text += f" Above it: {named}{more}."
-    return text

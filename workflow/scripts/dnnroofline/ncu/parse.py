@@ -1,17 +1,9 @@
 """Parse Nsight Compute (``ncu``) CSV output into per-kernel and total counters.
 
-Accepted input (any ncu CSV a user is likely to have):
+The accepted input (the details or the raw page, with ncu's and the application's
+own lines around the table) is read by :mod:`dnnroofline.ncu.table`.
 
-* the *details* page in long form: one row per (kernel, metric), with columns
-  ``ID``, ``Kernel Name``, ``Metric Name``, ``Metric Unit``, ``Metric Value``
-  (and any others, NVTX columns with doubled quotes included);
-* ``--page raw`` in wide form: a header row, a units row, then one row per
-  kernel launch, one column per metric.
-
-Before the header there may be a UTF-8 byte-order mark, ``==PROF==`` /
-``==WARNING==`` lines and the application's own stdout; all are skipped.
-
-Method (see README, "NVIDIA GPUs and Nsight Compute"):
+Method (see docs/gpu.md):
 
 * Units are parsed per value and are decimal: 1 Kbyte = 1,000 bytes. Times go to
   seconds, rates to "per second". Scaling is done in :class:`decimal.Decimal`, so
@@ -39,13 +31,10 @@ file it is given.
 
 from __future__ import annotations
 
-import csv
 import gzip
 import os
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -60,7 +49,6 @@ from dnnroofline.ncu.metrics import (
     CUDA_CORE_METRIC_NAMES,
     CYCLES_METRIC,
     CYCLES_RATE_METRIC,
-    DETAILS_ALIASES,
     DRAM_METRIC,
     DRAM_READ_METRIC,
     DRAM_READ_METRICS,
@@ -74,247 +62,14 @@ from dnnroofline.ncu.metrics import (
     L2_XBAR_BYTES_PER_CYCLE,
     L2_XBAR_METRIC,
     MEMORY_PEAK_METRICS,
-    METRIC_DIMENSIONS,
-    NOT_COUNT_DIMENSIONS,
     SHARED_BYTES_METRIC,
     TENSOR_OPS_RE,
     TIME_METRIC,
-    is_roofline_metric,
-    parse_number,
     parse_tensor_counter,
     select_tensor_counters,
     tensor_pipe_instructions,
-    unit_scale,
 )
-
-# --------------------------------------------------------------------------- reading the table
-
-
-@dataclass
-class _Kernel:
-    key: tuple
-    id: Any
-    name: str
-    line: int
-    cc: str | None = None
-    values: dict[str, Decimal | None] = field(default_factory=dict)
-
-
-@dataclass
-class _Table:
-    layout: str
-    kernels: list[_Kernel]
-    messages: list[str]
-    present: set[str]
-    warnings: list[str]
-
-
-_MSG_LINE = re.compile(r"^==[A-Za-z_\- ]+==")
-
-
-def _split(line: str, source: str, lineno: int) -> list[str]:
-    try:
-        rows = list(csv.reader([line], strict=True))
-    except csv.Error as err:
-        raise InputError(
-            f"{source}: line {lineno}: malformed CSV row ({err}); "
-            "the file looks truncated or corrupted"
-        ) from None
-    return rows[0] if rows else []
-
-
-def _is_header(cells: list[str]) -> bool:
-    stripped = [c.strip() for c in cells]
-    return "Kernel Name" in stripped and len(stripped) >= 3
-
-
-def _error_lines(lines: list[str]) -> list[str]:
-    return [ln.strip() for ln in lines if _MSG_LINE.match(ln.strip())]
-
-
-def _no_table_error(source: str, lines: list[str]) -> InputError:
-    msgs = _error_lines(lines)
-    if msgs:
-        quoted = "\n".join(f"  {m}" for m in msgs[-20:])
-        hint = ""
-        if any("ERR_NVGPUCTRPERM" in m for m in msgs):
-            hint = (
-                "\nncu was not allowed to read the GPU performance counters; see "
-                "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
-            )
-        return InputError(f"{source}: no ncu table in this file; ncu said:\n{quoted}{hint}")
-    nonblank = [ln for ln in lines if ln.strip()]
-    if not nonblank:
-        return InputError(f"{source}: the file is empty: no ncu table")
-    first = "\n".join(f"  {ln[:120]}" for ln in nonblank[:3])
-    return InputError(
-        f"{source}: no ncu CSV table found (no header row with a 'Kernel Name' column); "
-        f"the file starts with:\n{first}"
-    )
-
-
-def _check_row(
-    cells: list[str], line: str, width: int, source: str, lineno: int, last: bool
-) -> None:
-    if line.count('"') % 2 or len(cells) != width:
-        where = "the last row" if last else "a row"
-        raise InputError(
-            f"{source}: line {lineno}: {where} has {len(cells)} fields where the header has {width}"
-            f"{' (unbalanced quotes)' if line.count(chr(34)) % 2 else ''}; "
-            "the CSV is truncated or corrupted"
-        )
-
-
-def _convert(raw: str, unit: str, metric: str, source: str, lineno: int) -> Decimal | None:
-    try:
-        value = parse_number(raw)
-    except ValueError:
-        raise InputError(
-            f"{source}: line {lineno}: metric {metric}: value {raw!r} is not a number"
-        ) from None
-    if value is None:  # n/a: no quantity, so no unit to check
-        return None
-    factor, dim = unit_scale(unit)
-    allowed = METRIC_DIMENSIONS.get(metric)
-    if allowed is not None:
-        ok = dim in allowed
-    else:  # a count (instructions, ops): any unit but a time, a size, a percentage or a rate
-        ok = dim not in NOT_COUNT_DIMENSIONS and "/" not in dim
-    if not ok:
-        raise InputError(f"{source}: line {lineno}: metric {metric}: unexpected unit {unit!r}")
-    return value * factor
-
-
-def _read_table(text: str, source: str) -> _Table:
-    lines = text.split("\n")
-    # Strip a trailing "\r" (CRLF files) and byte-order marks at the start of any line.
-    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-    lines = [ln.lstrip("\ufeff") for ln in lines]
-    last_content = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-
-    header_at = None
-    for i, ln in enumerate(lines):
-        s = ln.strip()
-        if not s or _MSG_LINE.match(s) or "Kernel Name" not in s:
-            continue
-        try:
-            cells = next(csv.reader([ln]))
-        except (csv.Error, StopIteration):
-            continue
-        if _is_header(cells):
-            header_at = i
-            break
-    if header_at is None:
-        raise _no_table_error(source, lines)
-
-    header = [c.strip() for c in _split(lines[header_at], source, header_at + 1)]
-    width = len(header)
-    # ==ERROR== / ==WARNING== lines (not the per-kernel ==PROF== progress lines).
-    messages = [m for m in _error_lines(lines) if not m.startswith("==PROF==")][:50]
-    col = {}
-    for j, name in enumerate(header):
-        col.setdefault(name, j)
-    layout = "details" if {"Metric Name", "Metric Value"} <= set(col) else "raw"
-    if "Metric Name" in col and "Metric Value" not in col:
-        raise InputError(
-            f"{source}: line {header_at + 1}: this is a summary table (columns "
-            f"{', '.join(h for h in header if h in ('Minimum', 'Maximum', 'Average')) or 'no'} "
-            "values per metric, e.g. --print-summary), not per-kernel values; export the details "
-            "page (ncu --csv) or the raw page (ncu --csv --page raw) instead"
-        )
-    warnings: list[str] = []
-    kernels: dict[tuple, _Kernel] = {}
-    present: set[str] = set()
-    conflicts = 0
-    aliased: set[tuple] = set()  # (kernel, metric) values taken from a display name
-    units: list[str] | None = None
-
-    def get(cells: list[str], name: str, default: str = "") -> str:
-        j = col.get(name)
-        return cells[j].strip() if j is not None else default
-
-    i = header_at + 1
-    while i < len(lines):
-        ln = lines[i]
-        lineno = i + 1
-        i += 1
-        s = ln.strip()
-        if not s or _MSG_LINE.match(s):
-            continue
-        cells = _split(ln, source, lineno)
-        _check_row(cells, ln, width, source, lineno, last=(lineno - 1 == last_content))
-        if [c.strip() for c in cells] == header:  # a repeated header (several processes)
-            units = None
-            continue
-        kid = get(cells, "ID")
-        if layout == "raw":
-            if kid == "" and units is None:  # the units row under the header
-                units = [c.strip() for c in cells]
-                continue
-            key = (get(cells, "Process ID"), kid, lineno)
-            kern = _Kernel(
-                key,
-                _kernel_id(kid, len(kernels)),
-                cells[col["Kernel Name"]],
-                lineno,
-                get(cells, "CC") or None,
-            )
-            kernels[key] = kern
-            for name, j in col.items():
-                if not is_roofline_metric(name):
-                    continue
-                present.add(name)
-                unit = units[j] if units is not None else ""
-                kern.values[name] = _convert(cells[j], unit, name, source, lineno)
-        else:
-            key = (get(cells, "Process ID"), kid)
-            kern = kernels.get(key)
-            if kern is None:
-                kern = _Kernel(
-                    key,
-                    _kernel_id(kid, len(kernels)),
-                    cells[col["Kernel Name"]],
-                    lineno,
-                    get(cells, "CC") or None,
-                )
-                kernels[key] = kern
-            name = get(cells, "Metric Name")
-            unit = get(cells, "Metric Unit")
-            raw_value = get(cells, "Metric Value")
-            from_alias = name in DETAILS_ALIASES and unit_scale(unit)[1] == "second"
-            if from_alias:
-                name = DETAILS_ALIASES[name]
-                if name in kern.values:
-                    continue  # the real metric wins over its display name
-            if not is_roofline_metric(name):
-                continue
-            present.add(name)
-            value = _convert(raw_value, unit, name, source, lineno)
-            if name in kern.values and (key, name) not in aliased:
-                if kern.values[name] != value:
-                    conflicts += 1
-                continue
-            kern.values[name] = value
-            if from_alias:
-                aliased.add((key, name))
-            else:
-                aliased.discard((key, name))
-    if layout == "details":  # a metric some kernels report and others lack is missing there
-        for kern in kernels.values():
-            for name in present - kern.values.keys():
-                kern.values[name] = None
-    if conflicts:
-        warnings.append(
-            f"{conflicts} duplicate metric rows with different values; the first was kept"
-        )
-    return _Table(layout, list(kernels.values()), messages, present, warnings)
-
-
-def _kernel_id(text: str, index: int) -> Any:
-    if text.isdigit():
-        return int(text)
-    return text if text else index
-
+from dnnroofline.ncu.table import Kernel, Table, read_table
 
 # --------------------------------------------------------------------------- quantities
 
@@ -354,7 +109,7 @@ def _weighted_sum(
     return sum(known, Decimal(0)) if known else None
 
 
-def _kernel_quantities(k: _Kernel, tensor_names: list[str], missing: _Missing) -> dict:
+def _kernel_quantities(k: Kernel, tensor_names: list[str], missing: _Missing) -> dict:
     v = k.values
     flop: dict[str, Decimal | None] = {}
     for prec, terms in CUDA_CORE_FLOP_METRICS.items():
@@ -436,11 +191,69 @@ def _missing_roofline_metrics(present: set[str], tensor_names: list[str]) -> lis
     return problems
 
 
+def _kernel_entry(k: Kernel, q: Mapping) -> dict:
+    """One kernel's record in the parsed JSON, from its quantities."""
+    return {
+        "id": k.id,
+        "name": k.name,
+        "time_s": _out(q["time_s"], integral=False),
+        "flop": {key: _out(q["flop"][key]) for key in FLOP_KEYS},
+        "bytes": {key: _out(q["bytes"][key]) for key in BYTES_KEYS},
+        "wgmma": q["wgmma"],
+        "flop_removed": {r.rule: _out(r.flop) for r in q["removed"]},
+    }
+
+
+def _sum_over_kernels(
+    per_kernel: list[dict], path: tuple[str, ...], incomplete: dict[str, int]
+) -> Decimal | None:
+    """One quantity summed over the kernels that have it; where only some have it,
+    ``incomplete`` counts the others under the quantity's dotted path."""
+    vals = []
+    for q in per_kernel:
+        x: Any = q
+        for p in path:
+            x = x[p]
+        vals.append(x)
+    gaps = sum(1 for x in vals if x is None)
+    if 0 < gaps < len(vals):
+        incomplete[".".join(path)] = gaps
+    return _sum_optional(vals)
+
+
+def _tensor_counter_warnings(
+    table: Table, tensor_names: list[str], tensor_flop: Decimal | None
+) -> tuple[Decimal | None, list[str]]:
+    """(tensor-pipe instructions, warnings): tensor work the chosen counters miss, seen
+    through the pipe's instruction count or the per-instruction counters."""
+    warnings = []
+    pipe = _sum_optional([tensor_pipe_instructions(k.values) for k in table.kernels])
+    if tensor_flop is None and pipe:
+        warnings.append(
+            f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "
+            "sm__ops_path_tensor_* counters: tensor-core FLOPs are not counted (null)"
+        )
+    per_instruction = [
+        n for n in table.present if (c := parse_tensor_counter(n)) is not None and c.op is not None
+    ]
+    if tensor_flop is not None and set(per_instruction) - set(tensor_names):
+        # The aggregates are taken to hold every instruction path; check it.
+        op_names, _ = select_tensor_counters(per_instruction)
+        op_sum = _sum_optional([k.values.get(m) for k in table.kernels for m in op_names])
+        if op_sum is not None and op_sum > tensor_flop:
+            warnings.append(
+                f"per-instruction tensor counters ({', '.join(op_names)}) sum to {_out(op_sum)}, "
+                f"more than the aggregate counters used ({_out(tensor_flop)}): "
+                "tensor FLOPs may be undercounted"
+            )
+    return pipe, warnings
+
+
 def parse_ncu_text(
     text: str, source: str = "<ncu csv>", *, require_roofline_metrics: bool = False
 ) -> dict:
     """Parse the text of an ncu CSV (details or raw page). See :func:`parse_ncu_csv`."""
-    table = _read_table(text, source)
+    table = read_table(text, source)
     if not table.kernels:
         msgs = "".join(f"\n  {m}" for m in table.messages[-10:])
         raise InputError(f"{source}: the ncu table has a header but no kernel rows{msgs}")
@@ -456,41 +269,16 @@ def parse_ncu_text(
             )
 
     missing = _Missing()
-    kernels_out = []
-    per_kernel = []
-    for k in table.kernels:
-        q = _kernel_quantities(k, tensor_names, missing)
-        per_kernel.append(q)
-        kernels_out.append(
-            {
-                "id": k.id,
-                "name": k.name,
-                "time_s": _out(q["time_s"], integral=False),
-                "flop": {key: _out(q["flop"][key]) for key in FLOP_KEYS},
-                "bytes": {key: _out(q["bytes"][key]) for key in BYTES_KEYS},
-                "wgmma": q["wgmma"],
-                "flop_removed": {r.rule: _out(r.flop) for r in q["removed"]},
-            }
-        )
-
+    per_kernel = [_kernel_quantities(k, tensor_names, missing) for k in table.kernels]
     n = len(per_kernel)
     incomplete: dict[str, int] = {}
-
-    def total(path: tuple[str, ...]) -> Decimal | None:
-        vals = []
-        for q in per_kernel:
-            x: Any = q
-            for p in path:
-                x = x[p]
-            vals.append(x)
-        gaps = sum(1 for x in vals if x is None)
-        if 0 < gaps < n:
-            incomplete[".".join(path)] = gaps
-        return _sum_optional(vals)
-
-    time_total = total(("time_s",))
-    flop_totals = {key: total(("flop", key)) for key in FLOP_KEYS}
-    bytes_totals = {key: total(("bytes", key)) for key in BYTES_KEYS}
+    time_total = _sum_over_kernels(per_kernel, ("time_s",), incomplete)
+    flop_totals = {
+        key: _sum_over_kernels(per_kernel, ("flop", key), incomplete) for key in FLOP_KEYS
+    }
+    bytes_totals = {
+        key: _sum_over_kernels(per_kernel, ("bytes", key), incomplete) for key in BYTES_KEYS
+    }
 
     if require_roofline_metrics:
         nulls = [
@@ -509,25 +297,8 @@ def parse_ncu_text(
         warnings.append(f"{count} kernel(s): {reason}")
     for path, gaps in incomplete.items():
         warnings.append(f"totals.{path} sums {n - gaps} of {n} kernels; {gaps} kernel(s) lack it")
-    pipe = _sum_optional([tensor_pipe_instructions(k.values) for k in table.kernels])
-    if flop_totals["tensor"] is None and pipe:
-        warnings.append(
-            f"{_out(pipe)} tensor-pipe instructions executed but the CSV has no "
-            "sm__ops_path_tensor_* counters: tensor-core FLOPs are not counted (null)"
-        )
-    per_instruction = [
-        n for n in table.present if (c := parse_tensor_counter(n)) is not None and c.op is not None
-    ]
-    if flop_totals["tensor"] is not None and set(per_instruction) - set(tensor_names):
-        # The aggregates are taken to hold every instruction path; check it.
-        op_names, _ = select_tensor_counters(per_instruction)
-        op_sum = _sum_optional([k.values.get(m) for k in table.kernels for m in op_names])
-        if op_sum is not None and op_sum > flop_totals["tensor"]:
-            warnings.append(
-                f"per-instruction tensor counters ({', '.join(op_names)}) sum to {_out(op_sum)}, "
-                f"more than the aggregate counters used ({_out(flop_totals['tensor'])}): "
-                "tensor FLOPs may be undercounted"
-            )
+    pipe, tensor_warnings = _tensor_counter_warnings(table, tensor_names, flop_totals["tensor"])
+    warnings += tensor_warnings
 
     ai = None
     if flop_totals["total"] is not None and bytes_totals["dram"]:
@@ -536,7 +307,7 @@ def parse_ncu_text(
     return {
         "source_file": source,
         "layout": table.layout,
-        "kernels": kernels_out,
+        "kernels": [_kernel_entry(k, q) for k, q in zip(table.kernels, per_kernel, strict=True)],
         "totals": {
             "kernels": n,
             "time_s": _out(time_total, integral=False),
@@ -572,7 +343,7 @@ def _roof_candidates(level: str) -> list[tuple[str, int, str]]:
     return [*HIERARCHY_PEAK_METRICS.get(level, ()), legacy]
 
 
-def memory_roofs(kernels: list[_Kernel]) -> dict[str, dict | None]:
+def memory_roofs(kernels: list[Kernel]) -> dict[str, dict | None]:
     """L1, L2 and DRAM bandwidth roofs from the capture's own counters.
 
     Per level: a peak per cycle times that unit's measured clock

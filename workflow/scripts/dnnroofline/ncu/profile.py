@@ -1,7 +1,7 @@
 """The ncu stage, pure part: the metric set per GPU, the ncu command line, and
 what an ncu failure means.
 
-How the step is captured (README, "NVIDIA GPUs and Nsight Compute"): the driver (``run_train.py
+How the step is captured (docs/gpu.md, "The window"): the driver (``run_train.py
 --profile-step``) warms up, then brackets exactly one training step (forward,
 backward, optimizer) with ``torch.cuda.profiler.start()/stop()``: the kernel pass
 runs with ``--profile-from-start off``, and the step pass's range replay takes its
@@ -224,7 +224,7 @@ def step_metrics_for_arch(
 
 # --------------------------------------------------------------------------- the two passes
 #
-# Which pass gives which number (README, "NVIDIA GPUs and Nsight Compute"):
+# Which pass gives which number (docs/gpu.md, "Two passes"):
 # * step pass: application range replay (``--replay-mode app-range``) of the one
 #   step between cudaProfilerStart and cudaProfilerStop, caches and clocks left
 #   alone. ncu reruns the whole process once per metric pass and measures the
