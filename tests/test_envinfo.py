@@ -15,6 +15,7 @@ import torch
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure import envinfo
+from dnnroofline.study import config as study_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "env_info.py"
@@ -107,18 +108,16 @@ def test_cores_and_ram_match_psutil(env_info):
     assert info["ram_bytes"] == psutil.virtual_memory().total
 
 
-def test_collect_is_fast():
-    t0 = time.monotonic()
+def test_collect_names_the_cpu():
+    # its wall time: benchmarks/bench_roofline_holds.py (fixed costs)
     fp = envinfo.collect_fingerprint("local")
-    assert time.monotonic() - t0 < 3.0
     assert fp["cpu_model"] and fp["cpu_model"] != "unknown"
 
 
 def test_cli_refuses_cuda_env_without_gpu(tmp_path, capsys):
     if HAS_CUDA:
         pytest.skip("this machine has CUDA")
-    sys.path.insert(0, str(SCRIPT.parent))
-    import env_info as cli  # the thin CLI, in-process
+    import env_info as cli  # the thin CLI, in-process (pytest puts its folder on the path)
 
     out = tmp_path / "env_info.json"
     rc = cli.main(["--env", "gcp_l4", "--device", "cuda", "--gpu-name", "L4", "--out", str(out)])
@@ -186,6 +185,14 @@ def test_check_old_fingerprint_without_devices_available():
 def test_check_rejects_bad_device_value():
     with pytest.raises(InputError, match=r"envs\.x\.device .*'gpu'"):
         envinfo.check_env_matches("x", {"device": "gpu"}, fake_fp())
+
+
+def test_the_dags_device_detection_has_no_test_switch(monkeypatch):
+    # tests fake a CUDA machine from outside (tests/fake_cuda), never through the package
+    monkeypatch.delenv("DNNROOFLINE_FAKE_CUDA", raising=False)
+    here = study_config.detect_device()
+    monkeypatch.setenv("DNNROOFLINE_FAKE_CUDA", "1")
+    assert study_config.detect_device() == here
 
 
 def test_detect_and_resolve_device():

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.measure import train
+from dnnroofline.measure import run_record, train, train_config
 from dnnroofline.measure.nvml_sampler import (
     LIMITING_REASONS,
     NvmlSampler,
@@ -113,12 +113,12 @@ def _fake_setup():
     def step(_x, _y):
         time.sleep(0.01)
 
-    resolved = train.Resolved(
-        cfg=train.TrainConfig(arch="resnet18", batch_size=2, image_size=32, backend="cpu"),
+    resolved = train_config.Resolved(
+        cfg=train_config.TrainConfig(arch="resnet18", batch_size=2, image_size=32, backend="cpu"),
         backend="cpu",
         device="cpu",
         threads=1,
-        settings=train.precision_settings("fp32", "cpu"),
+        settings=train_config.precision_settings("fp32", "cpu"),
     )
     return train.Setup(
         resolved=resolved,
@@ -134,7 +134,7 @@ def test_sampling_covers_exactly_the_timed_steps():
     nvml = FakeNvml(reasons=[POWER_CAP])
     sampler = NvmlSampler(0, interval_s=0.002, nvml=nvml)
     record: dict = {}
-    start, stop = train.with_sampler(sampler, None, None, record)
+    start, stop = train_config.with_sampler(sampler, None, None, record)
     calls_before_timing = []
 
     def step(_x, _y):
@@ -153,29 +153,31 @@ def test_sampling_covers_exactly_the_timed_steps():
 
 
 def test_cudnn_autotuning_is_on_by_default_for_cuda_only():
-    assert train.cudnn_benchmark_setting(None, "cuda") is True
-    assert train.cudnn_benchmark_setting(None, "cpu") is False
-    assert train.cudnn_benchmark_setting(False, "cuda") is False
-    args = train.arg_parser().parse_args(["--arch", "resnet18", "--batch-size", "2", "--out", "x"])
-    assert train.config_from_args(args).cudnn_benchmark is None
-    off = train.arg_parser().parse_args(
+    assert train_config.cudnn_benchmark_setting(None, "cuda") is True
+    assert train_config.cudnn_benchmark_setting(None, "cpu") is False
+    assert train_config.cudnn_benchmark_setting(False, "cuda") is False
+    args = train_config.arg_parser().parse_args(
+        ["--arch", "resnet18", "--batch-size", "2", "--out", "x"]
+    )
+    assert train_config.config_from_args(args).cudnn_benchmark is None
+    off = train_config.arg_parser().parse_args(
         ["--arch", "resnet18", "--batch-size", "2", "--out", "x", "--no-cudnn-benchmark"]
     )
-    assert train.config_from_args(off).cudnn_benchmark is False
+    assert train_config.config_from_args(off).cudnn_benchmark is False
     resolved = _fake_setup().resolved
-    rec = train.config_record(resolved)
+    rec = run_record.config_record(resolved)
     assert rec["cudnn_benchmark"] is False and rec["cudnn_benchmark_source"].startswith("default")
     resolved.backend = "cuda"
-    assert train.config_record(resolved)["cudnn_benchmark"] is True
+    assert run_record.config_record(resolved)["cudnn_benchmark"] is True
 
 
 def test_profiled_step_needs_two_warmup_steps():
-    cfg = train.TrainConfig(
+    cfg = train_config.TrainConfig(
         arch="resnet18", batch_size=2, image_size=32, backend="cpu", warmup_iters=1
     )
     cfg.profile_step = True
     with pytest.raises(InputError, match="--warmup-iters >= 2"):
-        train.validate(cfg)
+        train_config.validate(cfg)
 
 
 class FakeScaler:
@@ -189,7 +191,7 @@ class FakeScaler:
 def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
     probe: dict = {}
     order = []
-    start, stop = train.with_scale_probe(
+    start, stop = train_config.with_scale_probe(
         FakeScaler([65536.0, 32768.0]),
         lambda: order.append("start"),
         lambda: order.append("stop"),
@@ -198,11 +200,11 @@ def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
     start()
     stop()
     assert order == ["start", "stop"] and probe == {"before": 65536.0, "after": 32768.0}
-    skipped = train.grad_scaler_record(probe["before"], probe["after"], 1, profiled=True)
+    skipped = train_config.grad_scaler_record(probe["before"], probe["after"], 1, profiled=True)
     assert skipped["profiled_step_skipped"] is True and skipped["scale_decreased"] is True
-    clean = train.grad_scaler_record(65536.0, 65536.0, 1, profiled=True)
+    clean = train_config.grad_scaler_record(65536.0, 65536.0, 1, profiled=True)
     assert clean["profiled_step_skipped"] is False
-    timed = train.grad_scaler_record(65536.0, 32768.0, 20, profiled=False)
+    timed = train_config.grad_scaler_record(65536.0, 32768.0, 20, profiled=False)
     assert timed["profiled_step_skipped"] is None and timed["scale_decreased"] is True
 
 

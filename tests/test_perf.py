@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -10,11 +11,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_perf import (
+    DRAM_CHANNELS,
+    DRAM_MIB_PER_STEP,
+    FLOP_EVENT,
+    FLOP_PER_STEP,
+    calls,
+    make_fake_perf,
+)
 from test_aggregate import make_run
 
-from dnnroofline.aggregate import metrics as aggregate
+from dnnroofline.aggregate.metrics import metrics_frame
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.measure import perf, perf_run
+from dnnroofline.measure import ceilings, perf, perf_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf"
@@ -102,6 +112,20 @@ def test_choose_events_per_vendor():
     assert perf.choose_events(list(perf.INTEL_FLOP_EVENTS)[:4])["flop"] == {}
 
 
+def test_a_row_with_a_unit_names_its_event_not_the_unit():
+    # perf stat -x, prints value,unit,event,run time,percent: DRAM events carry MiB
+    text = (
+        "182.44,MiB,uncore_imc/cas_count_read/,1001833642,100.00,,\n"
+        "5000,,fp_arith_inst_retired.scalar_single,1001833642,100.00,,\n"
+    )
+    counts = perf.totals(perf.parse_stat_csv(text))
+    assert counts == {
+        "uncore_imc/cas_count_read/": {"value": 182.44, "status": "counted", "unit": "MiB"},
+        "fp_arith_inst_retired.scalar_single": {"value": 5000.0, "status": "counted", "unit": ""},
+    }
+    assert perf.bytes_of(counts, ["uncore_imc/cas_count_read/"]) == 182.44 * 2**20
+
+
 def test_dram_bytes_follow_the_printed_unit():
     counts = {
         "uncore_imc/cas_count_read/": {"value": 2.0, "unit": "MiB"},
@@ -136,7 +160,12 @@ def test_probe_without_perf_and_profile_that_runs_nothing(tmp_path):
 
 def test_cli_records_unavailable_from_the_envs_probe(tmp_path):
     ceilings = tmp_path / "ceilings.json"
-    probe = {"status": "unavailable", "reason": "PMU not available (test)", "perf": None}
+    probe = {
+        "status": "unavailable",
+        "reason": "PMU not available (test)",
+        "perf": None,
+        "executable": perf_run.resolved_executable("perf"),  # the --perf default
+    }
     ceilings.write_text(json.dumps({"env": "local", "roofs": [], "perf": probe}))
     out = tmp_path / "perf" / "local_resnet18_fp32_bs8.json"
     cmd = [sys.executable, str(SCRIPT), "--ceilings", str(ceilings), "--json-out", str(out)]
@@ -146,6 +175,103 @@ def test_cli_records_unavailable_from_the_envs_probe(tmp_path):
     assert rec["status"] == "unavailable" and rec["reason"] == "PMU not available (test)"
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and "driver command after --" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- perf.executable
+
+#: A driver stand-in: writes an ok run record for its --iters to --out, as run_train.py does.
+FAKE_DRIVER = (
+    "import json, sys; a = sys.argv; "
+    "json.dump({'status': 'ok', 'iters': int(a[a.index('--iters') + 1])}, "
+    "open(a[a.index('--out') + 1], 'w'))"
+)
+
+
+@pytest.fixture
+def two_perfs(tmp_path, monkeypatch):
+    """``perf`` first on PATH, which lists no counters, and the configured one elsewhere."""
+    path_perf = make_fake_perf(tmp_path / "path_bin", "perf", events=False)
+    configured = make_fake_perf(tmp_path / "tools", "perf-6.8")
+    monkeypatch.setenv("PATH", f"{path_perf.parent}{os.pathsep}{os.environ['PATH']}")
+    return path_perf, configured
+
+
+def test_ceilings_probe_the_configured_perf_not_the_one_on_path(two_perfs, monkeypatch):
+    path_perf, configured = two_perfs
+    # the roofs themselves are not what this test is about: one cheap measured roof each
+    roof = {"source": "measured", "value": 1e9}
+    monkeypatch.setattr(
+        ceilings, "measure_compute", lambda dev, p, **kw: dict(roof, kind="compute", precision=p)
+    )
+    monkeypatch.setattr(
+        ceilings, "measure_memory", lambda dev, **kw: [dict(roof, kind="memory", precision=None)]
+    )
+    c = ceilings.build_ceilings("local", "cpu", ["fp32"], perf_executable=str(configured))
+    assert c["perf"]["status"] == "ok", c["perf"]
+    assert c["perf"]["perf"] == "perf version fake perf-6.8"
+    assert c["perf"]["executable"] == str(configured)
+    assert c["perf"]["events"]["flop"] == {FLOP_EVENT: 1}
+    assert c["perf"]["events"]["dram"] == list(DRAM_CHANNELS)
+    assert calls(path_perf.parent) == []  # PATH's perf was never asked
+    assert [c["argv"][0] for c in calls(configured.parent)] == ["--version", "list", "stat"]
+
+
+def test_profile_runs_the_configured_perf_and_reprobes_a_probe_of_another(two_perfs, tmp_path):
+    """The env's probe was of PATH's perf (no counters); --perf names another binary:
+    that one is probed and runs the driver, and the per-step counts are its exact ones."""
+    path_perf, configured = two_perfs
+    ceilings_json = tmp_path / "ceilings.json"
+    stale = perf_run.probe("perf")
+    assert stale["status"] == "unavailable" and stale["executable"] == str(path_perf)
+    (path_perf.parent / "calls.jsonl").unlink()  # from here on, PATH's perf must stay idle
+    ceilings_json.write_text(json.dumps({"env": "local", "roofs": [], "perf": stale}))
+    out, driver_out = tmp_path / "perf.json", tmp_path / "driver.json"
+    cmd = [sys.executable, str(SCRIPT), "--perf", str(configured), "--ceilings", str(ceilings_json)]
+    cmd += ["--json-out", str(out), "--driver-run-out", str(driver_out)]
+    cmd += ["--iters-short", "1", "--iters-long", "3", "--", sys.executable, "-c", FAKE_DRIVER]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok", rec
+    assert rec["probe"]["perf"] == "perf version fake perf-6.8"
+    assert rec["flop_per_step"] == FLOP_PER_STEP
+    assert rec["dram_bytes_per_step"] == len(DRAM_CHANNELS) * DRAM_MIB_PER_STEP * 2**20
+    assert rec["ai"] == pytest.approx(FLOP_PER_STEP / (2 * DRAM_MIB_PER_STEP * 2**20))
+    assert json.loads(driver_out.read_text()) == {"status": "ok", "iters": 3}
+    assert calls(path_perf.parent) == []
+    stats = [c["argv"] for c in calls(configured.parent) if c["argv"][0] == "stat"]
+    assert len(stats) == 3  # the probe's, then the driver at 1 and at 3 steps
+    for argv, iters in zip(stats[1:], ("1", "3"), strict=True):
+        assert argv[argv.index("-e") + 1] == ",".join([FLOP_EVENT, *DRAM_CHANNELS])
+        assert "-a" in argv and "-o" in argv  # DRAM events count system-wide
+        driver = argv[argv.index("--") + 1 :]
+        assert driver[:3] == [sys.executable, "-c", FAKE_DRIVER]
+        assert driver[driver.index("--iters") + 1] == iters
+
+
+def test_profile_reuses_the_envs_probe_of_the_same_perf(two_perfs, tmp_path):
+    _, configured = two_perfs
+    recorded = perf_run.probe(str(configured))
+    before = len(calls(configured.parent))
+    assert perf_run.probe_for(str(configured), recorded) is recorded
+    assert len(calls(configured.parent)) == before  # not probed again
+    assert perf_run.probe_for(str(configured), {"status": "ok"}) == recorded  # whose? re-probe
+
+
+@pytest.mark.workflow
+def test_workflow_gives_perf_executable_to_the_probe_and_the_perf_jobs(tmp_path):
+    from workflow_helpers import TINY, snakemake, write_config
+
+    config = json.loads(json.dumps(TINY))
+    config["study"].update(models=["resnet18"], batch_sizes=[2], runs=1)
+    config["perf"] = {"enabled": True, "executable": "/opt/perf-6.8/perf"}
+    write_config(tmp_path, config)
+    target = "results/local/perf/local_resnet18_fp32_bs2.json"
+    out = snakemake(tmp_path, "-n", "-p", "--cores", "2", target).stdout
+    (probe,) = [ln for ln in out.splitlines() if "ceilings.py" in ln]
+    (run,) = [ln for ln in out.splitlines() if "profile_perf.py" in ln]
+    assert "--perf /opt/perf-6.8/perf " in probe
+    assert "--perf /opt/perf-6.8/perf " in run
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -171,11 +297,10 @@ def _frame(perf_doc, precision="fp32", nproc=1):
     }
     run = make_run("local", "toy", precision, 8, 1, median=1e-3)
     run["config"]["nproc"] = nproc
-    metrics = aggregate.metrics_frame([run])
+    metrics = metrics_frame([run])
     key = ("local", "toy", precision, 8)
-    return aggregate.roofline_points_frame(
-        metrics, {("toy", 8): comp}, ceilings, perf={key: perf_doc}
-    ).iloc[0]
+    points = roofline_points_frame(metrics, {("toy", 8): comp}, ceilings, perf={key: perf_doc})
+    return points.iloc[0]
 
 
 def test_perf_counts_give_a_measured_ai_with_the_range_beside_it():

@@ -43,12 +43,16 @@ TINY = {
 }
 
 
+#: ``env_extra`` of a dry run on a CUDA machine without a GPU: the Snakemake process
+#: loads tests/fake_cuda/sitecustomize.py, which makes the DAG's device detection say cuda.
+FAKE_CUDA = {"PYTHONPATH": str(ROOT / "tests" / "fake_cuda")}
+
+
 def run_env(**extra: str) -> dict:
     """The environment of a workflow or stage run: this venv first on PATH, Agg plots.
 
-    DNNROOFLINE_FAKE_CUDA (a CUDA machine, for dry runs) only where ``extra`` sets it."""
+    A CUDA machine (for dry runs) only where ``extra`` is :data:`FAKE_CUDA`."""
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
-    env.pop("DNNROOFLINE_FAKE_CUDA", None)
     return {**env, **extra}
 
 

@@ -9,7 +9,8 @@
 The driver command comes after ``--`` without ``--iters`` and ``--out``: it runs twice,
 at ``--iters-short`` and ``--iters-long`` steps, and the per-step FLOPs and DRAM bytes
 are the difference over the extra steps. The perf probe is taken from the env's
-ceilings.json (``perf``: probed once per env) when given, else run here. Where perf
+ceilings.json (``perf``: probed once per env) when given and it probed this same
+``--perf`` binary, else run here. Where perf
 cannot count, the JSON says ``unavailable`` with perf's own reason and exit is 0.
 """
 
@@ -21,7 +22,7 @@ import sys
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_json_atomic
 from dnnroofline.measure.measurement_lock import measurement_lock
-from dnnroofline.measure.perf_run import probe, profile
+from dnnroofline.measure.perf_run import probe_for, profile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     cut = argv.index("--")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--perf", default="perf", help="the perf executable")
-    ap.add_argument("--ceilings", help="the env's ceilings.json (its perf probe is reused)")
+    ap.add_argument(
+        "--ceilings", help="the env's ceilings.json (its perf probe is reused if of --perf)"
+    )
     ap.add_argument("--json-out", required=True)
     ap.add_argument("--driver-run-out", help="where to keep the driver's run JSON")
     ap.add_argument("--iters-short", type=int, default=1)
@@ -48,11 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"profile_perf: error: {exc}", file=sys.stderr)
         return 2
-    if not isinstance(probed, dict):
-        probed = probe(args.perf)
     result = profile(
         driver,
-        probed,
+        probe_for(args.perf, probed),
         executable=args.perf,
         iters_short=args.iters_short,
         iters_long=args.iters_long,

@@ -36,8 +36,3 @@ def summarize(values: Sequence[float]) -> dict:
         "cv": std / mean if mean > 0 else math.nan,
         "all": [float(v) for v in arr],
     }
-
-
-def coefficient_of_variation(values: Sequence[float]) -> float:
-    """std / mean of the values (sample std); 0 for a single value."""
-    return summarize(values)["cv"]

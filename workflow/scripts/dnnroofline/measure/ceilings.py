@@ -35,21 +35,14 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
-from dnnroofline.errors import InputError
 from dnnroofline.measure import contention
 from dnnroofline.measure.ceiling_kernels import measure_compute
 from dnnroofline.measure.memory_kernels import measure_memory
+from dnnroofline.measure.perf_run import probe
+from dnnroofline.study.precisions import COMPUTE_DTYPE, require_known, support
 
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 KINDS = ("compute", "memory")
 SOURCES = ("measured", "datasheet")
-#: Ceilings precision names accepted for a pipeline precision (amp is fp16 autocast).
-PRECISION_ALIASES: dict[str, tuple[str, ...]] = {
-    "fp32": ("fp32",),
-    "tf32": ("tf32",),
-    "amp": ("amp", "fp16"),
-    "bf16": ("bf16",),
-}
 #: A measured roof this far above its datasheet roof is flagged (a wrong peak or a bug).
 ABOVE_DATASHEET_RTOL = 0.0
 
@@ -61,50 +54,6 @@ def percent_of(measured: float, datasheet: float | None) -> float | None:
     if not datasheet or datasheet <= 0:
         return None
     return 100.0 * measured / datasheet
-
-
-# --------------------------------------------------------------------------- capability
-
-
-#: CPU flags (as /proc/cpuinfo names them) that give bf16 its own arithmetic.
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_bf16_reason(cpu_flags: Iterable[str]) -> str | None:
-    """None when the CPU has native bf16 (AVX512_BF16 or AMX), else why bf16 is refused."""
-    if set(CPU_BF16_FLAGS) & {str(f).lower() for f in cpu_flags}:
-        return None
-    return (
-        "bf16 on CPU needs AVX512_BF16 or AMX (flags avx512_bf16 / amx_bf16), which this "
-        "CPU lacks; oneDNN would emulate it through fp32, so its roof and runs would "
-        "measure fp32 arithmetic under a bf16 label"
-    )
-
-
-def precision_support(
-    device: str, *, cuda_cc: tuple[int, int] | None = None, cpu_flags: Iterable[str] = ()
-) -> dict[str, str | None]:
-    """Each pipeline precision -> None if the device can run its GEMM, else the reason not."""
-    out: dict[str, str | None] = {}
-    if device == "cpu":
-        out["fp32"] = None
-        out["tf32"] = "TF32 is an NVIDIA tensor-core mode (Ampere and later)"
-        out["amp"] = "amp is fp16 autocast with GradScaler, which needs a GPU"
-        out["bf16"] = cpu_bf16_reason(cpu_flags)
-    elif device == "cuda":
-        cc = cuda_cc or (0, 0)
-        out["fp32"] = None
-        out["tf32"] = None if cc >= (8, 0) else f"TF32 needs compute capability 8.0+ (has {cc})"
-        out["amp"] = None if cc >= (7, 0) else f"fp16 tensor cores need capability 7.0+ ({cc})"
-        out["bf16"] = None if cc >= (8, 0) else f"BF16 needs compute capability 8.0+ (has {cc})"
-    elif device == "mps":
-        out["fp32"] = None
-        out["tf32"] = "TF32 is an NVIDIA tensor-core mode"
-        out["amp"] = None
-        out["bf16"] = None
-    else:
-        raise InputError(f"unknown device {device!r}: expected cpu, cuda or mps")
-    return out
 
 
 # --------------------------------------------------------------------------- datasheet roofs
@@ -134,7 +83,7 @@ def datasheet_roofs(
         for p in precisions:
             v = row.flops(p)
             if v is None:
-                notes.append(f"{row.name} datasheet has no {ds.PRECISION_COLUMN[p]} figure ({p})")
+                notes.append(f"{row.name} datasheet has no {COMPUTE_DTYPE[p]} figure ({p})")
                 continue
             roofs.append(
                 {
@@ -144,7 +93,7 @@ def datasheet_roofs(
                     "value": v,
                     "citation": row.citation_for(p),
                     "datasheet_row": row.key,
-                    "datasheet_column": ds.PRECISION_COLUMN[p],
+                    "datasheet_column": COMPUTE_DTYPE[p],
                 }
             )
         roofs.append(
@@ -255,11 +204,14 @@ def build_ceilings(
     *,
     quick: bool = False,
     expect_threads: int | None = None,
+    perf_executable: str = "perf",
 ) -> dict:
     """Measure and assemble the ``ceilings.json`` object of this machine for ``env``.
 
     ``expect_threads``: the threads the env's runs use; a job that got fewer or more is
     refused, since the roofs of other threads are not the runs' roofs.
+    ``perf_executable``: the perf binary a CPU env's counters are probed with (the
+    config's ``perf.executable``, the one the perf jobs run).
     """
     import torch
 
@@ -268,10 +220,7 @@ def build_ceilings(
 
     start_time = time.time()
     t0 = time.monotonic()
-    requested = list(dict.fromkeys(p.lower() for p in precisions))
-    unknown = [p for p in requested if p not in PRECISIONS]
-    if unknown:
-        raise InputError(f"unknown precision(s) {unknown}: expected some of {list(PRECISIONS)}")
+    requested = [require_known(p, "--precisions") for p in dict.fromkeys(precisions)]
     dev = resolve_device(device)
     cpu0 = contention.snapshot()
     omp = os.environ.get("OMP_NUM_THREADS")
@@ -289,11 +238,11 @@ def build_ceilings(
     else:
         device_name = cpu["model"]
 
-    support = precision_support(dev, cuda_cc=facts["cc"], cpu_flags=cpu["flags_all"])
+    why_not = support(dev, cuda_cc=facts["cc"], cpu_flags=cpu["flags_all"])
     skipped, measured_ok, notes = [], [], []
     for p in requested:
-        if support.get(p):
-            skipped.append({"precision": p, "reason": f"{dev}: {support[p]}"})
+        if why_not[p]:
+            skipped.append({"precision": p, "reason": f"{dev}: {why_not[p]}"})
         else:
             measured_ok.append(p)
 
@@ -318,19 +267,10 @@ def build_ceilings(
     roofs.extend(ds_roofs)
     notes.extend(ds_notes)
     notes.extend(annotate_vs_datasheet(roofs))
-    perf_probe = None
-    if dev == "cpu":  # CPU counters: probed once per env, recorded with the roofs
-        from dnnroofline.measure.perf_run import probe
-
-        perf_probe = probe(os.environ.get("DNNROOFLINE_PERF", "perf"))
-        if perf_probe["status"] != "ok":
-            notes.append(f"perf counters unavailable: {perf_probe['reason']}")
-    if quick:
-        notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
+    # CPU counters: probed once per env, recorded with the roofs
+    perf_probe = probe(perf_executable) if dev == "cpu" else None
     other_load = contention.other_load(cpu0, contention.snapshot())
-    taken = contention.contended_cpus(other_load)
-    if taken is not None:
-        notes.append(contended_note(taken, cpu["cores_logical"]))
+    notes.extend(_closing_notes(perf_probe, quick, other_load, cpu["cores_logical"]))
     return {
         "schema_version": 1,
         "env": env,
@@ -352,6 +292,22 @@ def build_ceilings(
         "end_time": time.time(),
         "wall_s": round(time.monotonic() - t0, 3),
     }
+
+
+def _closing_notes(
+    perf_probe: dict | None, quick: bool, other_load: dict | None, logical_cpus: int | None
+) -> list[str]:
+    """The notes on how far the roofs can be trusted: no perf counters, quick mode,
+    other processes busy meanwhile."""
+    notes = []
+    if perf_probe is not None and perf_probe["status"] != "ok":
+        notes.append(f"perf counters unavailable: {perf_probe['reason']}")
+    if quick:
+        notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
+    taken = contention.contended_cpus(other_load)
+    if taken is not None:
+        notes.append(contended_note(taken, logical_cpus))
+    return notes
 
 
 def _ram_bytes() -> int | None:

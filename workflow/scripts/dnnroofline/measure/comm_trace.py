@@ -1,6 +1,7 @@
 """Traces of data-parallel steps: every rank traced, and the step's communication time.
 
-A data-parallel trace job (``trace_step.py --nproc N``) launches its ranks the way the
+A data-parallel trace job (``trace_step.py --nproc N``,
+:func:`dnnroofline.measure.traces.trace_data_parallel`) launches its ranks the way the
 timed runs do (:mod:`dnnroofline.measure.ddp`), and every rank runs the traced step of
 :func:`dnnroofline.measure.traces.trace`. Every rank is profiled, not only some: the profiler
 slows the rank it runs in, so an unprofiled rank would wait for a profiled one in each
@@ -170,26 +171,8 @@ def rank_trace_path(trace_out: str, rank: int) -> str:
 
 # --------------------------------------------------------------------------- the trace job
 
-#: the entry script each rank runs (ddp.launch starts it with --rank i)
-TRACE_SCRIPT = str(Path(__file__).resolve().parents[2] / "trace_step.py")
 #: the keys of a rank's trace record that the job's table JSON keeps per rank
 RANK_KEYS = ("trace", "table", "busy")
-
-
-def trace_rank(resolved: Any, trace_out: str, top: int, say: Any) -> dict[str, Any]:
-    """One rank's traced step (:func:`dnnroofline.measure.traces.trace`) into its own trace
-    file, and the communication of its steps in its table."""
-    from dnnroofline.io import read_json
-    from dnnroofline.measure import traces
-
-    path = rank_trace_path(trace_out, resolved.cfg.rank)
-    record = traces.trace(resolved, path, top, say)
-    if record["status"] == "ok":
-        traced_s = float(sum(record["step_time_s"]["all"]))
-        record["table"]["communication"] = communication(
-            read_json(path), traced_s, device=resolved.backend == "cuda"
-        )
-    return record
 
 
 def data_parallel_record(
@@ -223,39 +206,6 @@ def data_parallel_record(
         busy=ranks[shown].get("busy") if ok else None,
     )
     return record
-
-
-def trace_data_parallel(
-    resolved: Any, argv: Sequence[str], trace_out: str, table_out: str, say: Any
-) -> dict[str, Any]:
-    """The launcher of a data-parallel trace job: every rank traced (``trace_step.py
-    --rank i``), then the job's table JSON (:func:`data_parallel_record`). A rank that
-    left no trace (killed when a peer failed) gets an empty one that says why."""
-    from dnnroofline.io import write_json_atomic
-    from dnnroofline.measure import ddp, train
-
-    Path(trace_out).parent.mkdir(parents=True, exist_ok=True)
-    cfg = resolved.cfg
-    merged = ddp.launch(
-        train.new_record(resolved),
-        list(argv),
-        cfg.nproc,
-        resolved.threads,
-        say,
-        script=TRACE_SCRIPT,
-        rank_keys=RANK_KEYS,
-    )
-    if merged.get("device_name") is None:
-        merged["device_name"] = train.cpu_model() if resolved.backend == "cpu" else None
-    for entry in merged["ranks"]:
-        path = rank_trace_path(trace_out, entry["rank"])
-        if not Path(path).exists():
-            why = entry.get("message") or (
-                f"stopped before writing its trace ({merged.get('message')})"
-            )
-            other = {"status": entry.get("status") or "error", "message": why}
-            write_json_atomic(path, {"traceEvents": [], "otherData": other})
-    return data_parallel_record(merged, cfg.iters, trace_out, table_out)
 
 
 def communication_rows(comm: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
 from dnnroofline.processes import die_with_parent, ignore_signals, kill_group, signals_exit
 
 #: Exit status of a rank whose run failed after it wrote its record.
@@ -376,22 +377,18 @@ def rank_main(
     resolved: Any,
     out: str,
     say: Callable[[str], None],
-    work: Callable[[Any, Callable[[str], None]], dict[str, Any]] | None = None,
+    work: Callable[[Any, Callable[[str], None]], dict[str, Any]],
 ) -> int:
     """One rank: join the group, run as the single-process driver does, write the record.
 
-    ``work(resolved, say)`` makes the record: ``train.run`` (a timed run) unless given
-    (the trace job's traced step). Exit 0 when ok; a failed run writes its record and
-    leaves at once (``os._exit``, RANK_FAILED): its peers are blocked in a collective,
-    and the launcher kills them.
+    ``work(resolved, say)`` makes the record: the driver's timed run, or the trace job's
+    traced step (the caller passes it: this module sits below both). Exit 0 when ok; a
+    failed run writes its record and leaves at once (``os._exit``, RANK_FAILED): its
+    peers are blocked in a collective, and the launcher kills them.
     """
     import torch.distributed as dist
 
-    from dnnroofline.io import write_json_atomic
-    from dnnroofline.measure.train import run
-
     cfg = resolved.cfg
-    work = work or run
     dist.init_process_group(
         dist_backend(resolved.backend),
         init_method=f"file://{cfg.dist_store}",

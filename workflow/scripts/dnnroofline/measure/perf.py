@@ -98,7 +98,10 @@ def parse_stat_csv(text: str, sep: str = ",") -> list[dict]:
             if _is_value(fields[i - 2] if i >= 2 else "") and not _is_number(fields[i - 1]):
                 event_at = i
                 break
-            if i == 1 and _is_value(fields[0]):  # value,event (no unit column)
+            # value,event (no unit column), unless the next field is the event of a
+            # value,unit,event row (DRAM events print MiB: 12.5,MiB,uncore_imc/...)
+            unit_then_event = len(fields) > 2 and fields[2] and not _is_number(fields[2])
+            if i == 1 and _is_value(fields[0]) and not unit_then_event:
                 event_at = i
                 break
         if event_at is None:

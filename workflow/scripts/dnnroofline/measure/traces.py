@@ -21,10 +21,27 @@ import csv
 import io
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.measure import train
+from dnnroofline.io import atomic_path, read_json, write_json_atomic, write_text_atomic
+from dnnroofline.measure import ddp, train
+from dnnroofline.measure.comm_trace import (
+    RANK_KEYS,
+    communication,
+    communication_rows,
+    data_parallel_record,
+    rank_trace_path,
+)
+from dnnroofline.measure.run_record import new_record
+from dnnroofline.measure.train_config import (
+    Resolved,
+    config_from_args,
+    cpu_model,
+    step_arguments,
+    validate,
+)
 
 SCHEMA_VERSION = 1
 #: the step range put around every traced step (TensorBoard's and Perfetto's convention);
@@ -145,8 +162,6 @@ def table_csv(table: Mapping[str, Any]) -> str:
     for kind, key in (("op", "ops"), ("kernel", "kernels")):
         for row in table.get(key) or []:
             writer.writerow({"kind": kind, **{c: row.get(c) for c in CSV_COLUMNS[1:]}})
-    from dnnroofline.measure.comm_trace import communication_rows  # data-parallel traces only
-
     for row in communication_rows(table.get("communication")):
         writer.writerow({"kind": "communication", **{c: row.get(c) for c in CSV_COLUMNS[1:]}})
     return buf.getvalue()
@@ -207,8 +222,6 @@ class Tracer:
 def _write_trace(path: str, tracer: Tracer, record: Mapping[str, Any]) -> int:
     """The Chrome trace of the traced steps, atomically; for a failed job a valid,
     empty trace that says why. Returns its size in bytes."""
-    from dnnroofline.io import atomic_path, write_json_atomic
-
     if record["status"] == "ok" and tracer.prof is not None:
         with atomic_path(path) as tmp:
             tracer.prof.export_chrome_trace(str(tmp))
@@ -225,7 +238,7 @@ def _write_trace(path: str, tracer: Tracer, record: Mapping[str, Any]) -> int:
 
 
 def trace(
-    resolved: train.Resolved,
+    resolved: Resolved,
     trace_out: str,
     top: int = DEFAULT_TOP,
     progress: train.ProgressFn | None = train._stderr,
@@ -261,10 +274,58 @@ def trace(
 def _busy(trace_out: str, cuda: bool) -> dict[str, Any]:
     """The trace's kernel-busy time per step and what the idle device waited on
     (:mod:`dnnroofline.model.busy_share`), read back from the trace just written."""
-    from dnnroofline.io import read_json
     from dnnroofline.model.busy_share import trace_summary
 
     return trace_summary(read_json(trace_out), cuda, trace_out)
+
+
+# --------------------------------------------------------------------------- data-parallel
+
+#: the entry script each rank runs (ddp.launch starts it with --rank i)
+TRACE_SCRIPT = str(Path(__file__).resolve().parents[2] / "trace_step.py")
+
+
+def trace_rank(resolved: Any, trace_out: str, top: int, say: Any) -> dict[str, Any]:
+    """One rank's traced step (:func:`trace`) into its own trace
+    file, and the communication of its steps in its table."""
+    path = rank_trace_path(trace_out, resolved.cfg.rank)
+    record = trace(resolved, path, top, say)
+    if record["status"] == "ok":
+        traced_s = float(sum(record["step_time_s"]["all"]))
+        record["table"]["communication"] = communication(
+            read_json(path), traced_s, device=resolved.backend == "cuda"
+        )
+    return record
+
+
+def trace_data_parallel(
+    resolved: Any, argv: Sequence[str], trace_out: str, table_out: str, say: Any
+) -> dict[str, Any]:
+    """The launcher of a data-parallel trace job: every rank traced (``trace_step.py
+    --rank i``), then the job's table JSON (:func:`data_parallel_record`). A rank that
+    left no trace (killed when a peer failed) gets an empty one that says why."""
+    Path(trace_out).parent.mkdir(parents=True, exist_ok=True)
+    cfg = resolved.cfg
+    merged = ddp.launch(
+        new_record(resolved),
+        list(argv),
+        cfg.nproc,
+        resolved.threads,
+        say,
+        script=TRACE_SCRIPT,
+        rank_keys=RANK_KEYS,
+    )
+    if merged.get("device_name") is None:
+        merged["device_name"] = cpu_model() if resolved.backend == "cpu" else None
+    for entry in merged["ranks"]:
+        path = rank_trace_path(trace_out, entry["rank"])
+        if not Path(path).exists():
+            why = entry.get("message") or (
+                f"stopped before writing its trace ({merged.get('message')})"
+            )
+            other = {"status": entry.get("status") or "error", "message": why}
+            write_json_atomic(path, {"traceEvents": [], "otherData": other})
+    return data_parallel_record(merged, cfg.iters, trace_out, table_out)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -276,7 +337,7 @@ def arg_parser() -> argparse.ArgumentParser:
         description="A torch.profiler trace of a few training steps after warm-up (the timed "
         "runs' step), and its top-operators table.",
     )
-    train.step_arguments(p)
+    step_arguments(p)
     p.add_argument(
         "--steps",
         dest="iters",
@@ -303,8 +364,6 @@ def arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: 0 when the files were written (status ok, oom or error), 2 for bad input."""
-    from dnnroofline.io import write_json_atomic, write_text_atomic
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = arg_parser().parse_args(argv)
     try:
@@ -312,19 +371,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InputError(f"--steps {args.iters}: must be >= 1")
         if args.top < 1:
             raise InputError(f"--top {args.top}: must be >= 1")
-        cfg = train.config_from_args(args)
-        resolved = train.validate(cfg)
+        cfg = config_from_args(args)
+        resolved = validate(cfg)
         if cfg.nproc > 1:  # every rank traced: dnnroofline.measure.comm_trace
-            from dnnroofline.measure import comm_trace, ddp
-
             if cfg.rank is not None:  # one rank, started by the launcher below
                 return ddp.rank_main(
                     resolved,
                     args.out,
                     train._stderr,
-                    lambda r, say: comm_trace.trace_rank(r, args.trace_out, args.top, say),
+                    lambda r, say: trace_rank(r, args.trace_out, args.top, say),
                 )
-            record = comm_trace.trace_data_parallel(
+            record = trace_data_parallel(
                 resolved, argv, args.trace_out, args.table_out, train._stderr
             )
         else:

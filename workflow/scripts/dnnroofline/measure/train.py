@@ -4,7 +4,7 @@
 without Snakemake; the benchmark ``benchmarks/bench_driver_overhead.py`` calls
 :func:`build` and :func:`timed_loop`, the same code path as the command line.
 
-Method (see README, "Method"):
+Method (see docs/method.md):
 
 - ``warmup_iters`` untimed steps first (cuDNN autotuning, allocator growth and
   ``torch.compile`` stay out of the numbers), then ``iters`` timed steps.
@@ -29,48 +29,37 @@ import os
 import resource
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
 from dnnroofline.measure import contention, ddp
-from dnnroofline.measure.ddp import dist_backend
 from dnnroofline.measure.nvml_sampler import NvmlSampler
-from dnnroofline.measure.train_config import (  # re-exported: see __all__
-    BACKENDS,
-    MAX_MESSAGE,
+from dnnroofline.measure.run_record import (
+    device_info,
+    failure_fields,
+    new_record,
+    peak_memory_fields,
+    timing_fields,
+    usage_fields,
+)
+from dnnroofline.measure.train_config import (
     OPTIMIZER,
-    PRECISIONS,
-    SCHEMA_VERSION,
-    PrecisionSettings,
     Resolved,
-    TrainConfig,
     apply_precision,
     arg_parser,
     autocast_factory,
-    check_arch,
-    check_precision,
-    check_threads,
     config_from_args,
     cpu_model,
     cudnn_benchmark_setting,
-    failure_status,
     grad_scaler_record,
-    is_oom,
-    known_archs,
-    precision_settings,
     private_compile_cache,
-    resolve_backend,
-    step_arguments,
-    suggest_archs,
     validate,
     with_sampler,
     with_scale_probe,
 )
-from dnnroofline.stats import summarize
-from dnnroofline.study.config import SUPPORTED_PRECISIONS
 
 #: torch.manual_seed of every run (model init, synthetic batch, labels, data order).
 SEED = 0
@@ -169,29 +158,20 @@ def _cycle(loader: Any) -> Iterator[Any]:
             raise RuntimeError("the data loader yields no batch (dataset smaller than a batch?)")
 
 
-def build(resolved: Resolved) -> Setup:
-    """Model, optimizer, loss, precision and data, on the device. No timing here."""
+def _model_and_step(resolved: Resolved, memory_format: Any, numerics: dict[str, Any]) -> tuple:
+    """The model, its SGD optimizer, the training step and amp's GradScaler (or None):
+    DDP-wrapped in a data-parallel rank, compiled where the env asks."""
     import torch
     import torchvision
 
     cfg = resolved.cfg
-    device = torch.device(resolved.device)
-    settings = resolved.settings
-    # The same weights, batch and labels in every run: with amp, how many optimizer
-    # steps GradScaler skips in the timed window depends on them.
-    torch.manual_seed(SEED)
-    numerics = apply_precision(settings)
-    numerics["seed"] = SEED
-    torch.backends.cudnn.benchmark = cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend)
-    numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-
     if cfg.model_factory:
         from dnnroofline.study.models import build_custom
 
         model = build_custom(cfg.model_factory, cfg.model_kwargs, cfg.num_classes)
     else:
         model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes)
+    device = torch.device(resolved.device)
     model = model.to(device=device, memory_format=memory_format)
     model.train()
     optimizer = torch.optim.SGD(
@@ -210,76 +190,113 @@ def build(resolved: Resolved) -> Setup:
     if cfg.compile:  # a cold compile in every run: its first step is comparable
         numerics["compile_cache"] = f"empty, private to the run ({private_compile_cache()})"
         net = torch.compile(net, mode=None if cfg.compile == "default" else cfg.compile)
+    settings = resolved.settings
     scaler = torch.amp.GradScaler(resolved.backend) if settings.grad_scaler else None
     step = make_step(
         net, _loss_fn(torch.nn.CrossEntropyLoss()), optimizer, autocast_factory(settings), scaler
     )
+    return model, optimizer, step, scaler
 
-    loader = None
-    dataset_size = None
+
+def _synthetic_batches(resolved: Resolved, memory_format: Any) -> Callable[[], tuple[Any, Any]]:
+    """One random batch on the device, the same at every step."""
+    import torch
+
+    cfg = resolved.cfg
+    device = torch.device(resolved.device)
+    shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+    images = torch.randn(shape, device=device).contiguous(memory_format=memory_format)
+    labels = torch.randint(0, cfg.num_classes, (cfg.batch_size,), device=device)
+    batch = (images, labels)
+
+    def next_batch() -> tuple[Any, Any]:
+        return batch
+
+    return next_batch
+
+
+def _image_folder(resolved: Resolved, memory_format: Any) -> tuple:
+    """(next_batch, loader, dataset size) of ``--data``'s ImageFolder ``train/``, with the
+    torchvision reference training's augmentation; each rank reads its own share."""
+    import torch
+    import torchvision
+    from torchvision import transforms
+
+    cfg = resolved.cfg
+    device = torch.device(resolved.device)
+    transform = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(cfg.image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(_MEAN, _STD),
+        ]
+    )
+    train_dir = os.path.join(cfg.data, "train")
+    try:
+        dataset = torchvision.datasets.ImageFolder(train_dir, transform=transform)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise InputError(f"--data {cfg.data!r}: {exc}") from exc
+    if len(dataset.classes) > cfg.num_classes:
+        raise InputError(
+            f"--data {cfg.data!r}: {len(dataset.classes)} classes in {train_dir} but "
+            f"--num-classes {cfg.num_classes}"
+        )
+    if len(dataset) // cfg.nproc < cfg.batch_size:
+        per = f" per process (--nproc {cfg.nproc})" if cfg.nproc > 1 else ""
+        raise InputError(
+            f"--data {cfg.data!r}: {len(dataset)} images in {train_dir}, fewer than "
+            f"--batch-size {cfg.batch_size}{per} (batches drop the last partial one)"
+        )
+    dataset_size = len(dataset)
+    pin = cfg.pin_memory and resolved.backend == "cuda"
+    sampler = None
+    if cfg.nproc > 1:  # each rank reads its own share of the images
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            dataset, num_replicas=cfg.nproc, rank=cfg.rank or 0, drop_last=True
+        )
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=cfg.workers,
+        pin_memory=pin,
+        drop_last=True,
+        persistent_workers=cfg.workers > 0,
+    )
+    batches = _cycle(loader)
+    non_blocking = resolved.backend == "cuda"
+
+    def next_batch() -> tuple[Any, Any]:
+        images, labels = next(batches)
+        return (
+            images.to(device, non_blocking=non_blocking, memory_format=memory_format),
+            labels.to(device, non_blocking=non_blocking),
+        )
+
+    return next_batch, loader, dataset_size
+
+
+def build(resolved: Resolved) -> Setup:
+    """Model, optimizer, loss, precision and data, on the device. No timing here."""
+    import torch
+
+    cfg = resolved.cfg
+    # The same weights, batch and labels in every run: with amp, how many optimizer
+    # steps GradScaler skips in the timed window depends on them.
+    torch.manual_seed(SEED)
+    numerics = apply_precision(resolved.settings)
+    numerics["seed"] = SEED
+    torch.backends.cudnn.benchmark = cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend)
+    numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model, optimizer, step, scaler = _model_and_step(resolved, memory_format, numerics)
+    loader = dataset_size = None
     if cfg.data is None:
-        shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
-        images = torch.randn(shape, device=device).contiguous(memory_format=memory_format)
-        labels = torch.randint(0, cfg.num_classes, (cfg.batch_size,), device=device)
-        batch = (images, labels)
-
-        def next_batch() -> tuple[Any, Any]:
-            return batch
-
+        next_batch = _synthetic_batches(resolved, memory_format)
     else:
-        from torchvision import transforms
-
-        transform = transforms.Compose(
-            [
-                transforms.RandomResizedCrop(cfg.image_size),
-                transforms.RandomHorizontalFlip(),
-                transforms.ToTensor(),
-                transforms.Normalize(_MEAN, _STD),
-            ]
-        )
-        train_dir = os.path.join(cfg.data, "train")
-        try:
-            dataset = torchvision.datasets.ImageFolder(train_dir, transform=transform)
-        except (FileNotFoundError, RuntimeError) as exc:
-            raise InputError(f"--data {cfg.data!r}: {exc}") from exc
-        if len(dataset.classes) > cfg.num_classes:
-            raise InputError(
-                f"--data {cfg.data!r}: {len(dataset.classes)} classes in {train_dir} but "
-                f"--num-classes {cfg.num_classes}"
-            )
-        if len(dataset) // cfg.nproc < cfg.batch_size:
-            per = f" per process (--nproc {cfg.nproc})" if cfg.nproc > 1 else ""
-            raise InputError(
-                f"--data {cfg.data!r}: {len(dataset)} images in {train_dir}, fewer than "
-                f"--batch-size {cfg.batch_size}{per} (batches drop the last partial one)"
-            )
-        dataset_size = len(dataset)
-        pin = cfg.pin_memory and resolved.backend == "cuda"
-        sampler = None
-        if cfg.nproc > 1:  # each rank reads its own share of the images
-            sampler = torch.utils.data.distributed.DistributedSampler(
-                dataset, num_replicas=cfg.nproc, rank=cfg.rank or 0, drop_last=True
-            )
-        loader = torch.utils.data.DataLoader(
-            dataset,
-            batch_size=cfg.batch_size,
-            shuffle=sampler is None,
-            sampler=sampler,
-            num_workers=cfg.workers,
-            pin_memory=pin,
-            drop_last=True,
-            persistent_workers=cfg.workers > 0,
-        )
-        batches = _cycle(loader)
-        non_blocking = resolved.backend == "cuda"
-
-        def next_batch() -> tuple[Any, Any]:
-            images, labels = next(batches)
-            return (
-                images.to(device, non_blocking=non_blocking, memory_format=memory_format),
-                labels.to(device, non_blocking=non_blocking),
-            )
-
+        next_batch, loader, dataset_size = _image_folder(resolved, memory_format)
     return Setup(
         resolved=resolved,
         model=model,
@@ -312,6 +329,16 @@ class LoopTimes:
     other_load: dict | None = None  # other processes' CPU use meanwhile (contention.py)
 
 
+@dataclass
+class _Steps:
+    """What one way of timing the steps returns."""
+
+    timer: str
+    step_s: list[float]
+    data_s: list[float]
+    wall_s: float
+
+
 def _sync_fn(backend: str) -> Callable[[], None] | None:
     import torch
 
@@ -326,6 +353,98 @@ def _progress_every(iters: int) -> int:
     return max(1, math.ceil(iters / 10))
 
 
+def _warm_up(setup: Setup, warmup_iters: int, sync: Callable[[], None] | None) -> tuple:
+    """``warmup_iters`` untimed steps; (their wall time, the first step's alone)."""
+    clock = time.perf_counter
+    t_warm = clock()
+    first_step_s = None
+    for i in range(warmup_iters):
+        images, labels = setup.next_batch()
+        setup.step(images, labels)
+        if i == 0:  # the first step alone: torch.compile compiles here
+            if sync is not None:
+                sync()
+            first_step_s = clock() - t_warm
+    if sync is not None:
+        sync()
+    return clock() - t_warm, first_step_s
+
+
+def _cuda_steps(setup: Setup, iters: int, rate: Callable[[int, float], None]) -> _Steps:
+    """Every step boundary a CUDA event, read after one synchronize at the end."""
+    import torch
+
+    step, next_batch, clock = setup.step, setup.next_batch, time.perf_counter
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    ready = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    t0 = clock()
+    for i in range(iters):
+        start[i].record()
+        images, labels = next_batch()
+        ready[i].record()
+        step(images, labels)
+        rate(i, t0)
+    start[iters].record()
+    torch.cuda.synchronize()
+    return _Steps(
+        timer="cuda_events",
+        step_s=[start[i].elapsed_time(start[i + 1]) / 1e3 for i in range(iters)],
+        data_s=[start[i].elapsed_time(ready[i]) / 1e3 for i in range(iters)],
+        wall_s=clock() - t0,
+    )
+
+
+def _host_steps(
+    setup: Setup, iters: int, sync: Callable[[], None] | None, rate: Callable[[int, float], None]
+) -> _Steps:
+    """The host clock at every step boundary; on MPS after a device synchronize."""
+    step, next_batch, clock = setup.step, setup.next_batch, time.perf_counter
+    stamps = [0.0] * (iters + 1)
+    ready_t = [0.0] * iters
+    if sync is None:  # CPU ops are synchronous: nothing to wait for
+        for i in range(iters):
+            stamps[i] = clock()
+            images, labels = next_batch()
+            ready_t[i] = clock()
+            step(images, labels)
+            rate(i, stamps[0])
+    else:
+        sync()
+        for i in range(iters):
+            stamps[i] = clock()
+            images, labels = next_batch()
+            sync()
+            ready_t[i] = clock()
+            step(images, labels)
+            sync()
+            rate(i, stamps[0])
+    stamps[iters] = clock()
+    return _Steps(
+        timer="perf_counter" if sync is None else "perf_counter+mps_sync",
+        step_s=[stamps[i + 1] - stamps[i] for i in range(iters)],
+        data_s=[ready_t[i] - stamps[i] for i in range(iters)],
+        wall_s=stamps[iters] - stamps[0],
+    )
+
+
+def _rate_reporter(
+    setup: Setup, iters: int, progress: ProgressFn | None
+) -> Callable[[int, float], None]:
+    """Called after timed step i (clock start t0): says the images/s so far every tenth."""
+    if progress is None:
+        return lambda _i, _t0: None
+    every = _progress_every(iters)
+    batch = setup.resolved.cfg.batch_size
+    note = " (host clock, asynchronous)" if setup.backend == "cuda" else ""
+
+    def rate(i: int, t0: float) -> None:
+        if i % every == every - 1:
+            so_far = batch * (i + 1) / (time.perf_counter() - t0)
+            progress(f"step {i + 1}/{iters}: {so_far:.1f} images/s so far{note}")
+
+    return rate
+
+
 def timed_loop(
     setup: Setup,
     warmup_iters: int,
@@ -335,30 +454,12 @@ def timed_loop(
     after_timed: Callable[[], None] | None = None,
 ) -> LoopTimes:
     """Run ``warmup_iters`` untimed then ``iters`` timed steps; return per-step times."""
-    import torch
-
-    step = setup.step
-    next_batch = setup.next_batch
-    backend = setup.backend
-    batch = setup.resolved.cfg.batch_size
-    sync = _sync_fn(backend)
-    clock = time.perf_counter
+    sync = _sync_fn(setup.backend)
     say = progress or (lambda _msg: None)
-    every = _progress_every(iters) if progress is not None else iters + 1
+    rate = _rate_reporter(setup, iters, progress)
 
     say(f"warm-up: {warmup_iters} untimed steps")
-    t_warm = clock()
-    first_step_s = None
-    for i in range(warmup_iters):
-        images, labels = next_batch()
-        step(images, labels)
-        if i == 0:  # the first step alone: torch.compile compiles here
-            if sync is not None:
-                sync()
-            first_step_s = clock() - t_warm
-    if sync is not None:
-        sync()
-    warmup_s = clock() - t_warm
+    warmup_s, first_step_s = _warm_up(setup, warmup_iters, sync)
     say(f"warm-up done in {warmup_s:.3f} s; timing {iters} steps")
     if before_timed is not None:
         before_timed()
@@ -367,165 +468,29 @@ def timed_loop(
     root = os.getppid() if setup.resolved.cfg.nproc > 1 else None
     cpu0 = contention.snapshot(root)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
-    if backend == "cuda":
-        timer = "cuda_events"
-        start = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-        ready = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        t0 = clock()
-        for i in range(iters):
-            start[i].record()
-            images, labels = next_batch()
-            ready[i].record()
-            step(images, labels)
-            if i % every == every - 1:
-                say(
-                    f"step {i + 1}/{iters}: {batch * (i + 1) / (clock() - t0):.1f} images/s "
-                    "so far (host clock, asynchronous)"
-                )
-        start[iters].record()
-        torch.cuda.synchronize()
-        timed_wall_s = clock() - t0
-        step_s = [start[i].elapsed_time(start[i + 1]) / 1e3 for i in range(iters)]
-        data_s = [start[i].elapsed_time(ready[i]) / 1e3 for i in range(iters)]
+    if setup.backend == "cuda":
+        steps = _cuda_steps(setup, iters, rate)
     else:
-        timer = "perf_counter" if sync is None else "perf_counter+mps_sync"
-        stamps = [0.0] * (iters + 1)
-        ready_t = [0.0] * iters
-        if sync is None:
-            for i in range(iters):
-                stamps[i] = clock()
-                images, labels = next_batch()
-                ready_t[i] = clock()
-                step(images, labels)
-                if i % every == every - 1:
-                    say(
-                        f"step {i + 1}/{iters}: "
-                        f"{batch * (i + 1) / (clock() - stamps[0]):.1f} images/s so far"
-                    )
-        else:
-            sync()
-            for i in range(iters):
-                stamps[i] = clock()
-                images, labels = next_batch()
-                sync()
-                ready_t[i] = clock()
-                step(images, labels)
-                sync()
-                if i % every == every - 1:
-                    say(
-                        f"step {i + 1}/{iters}: "
-                        f"{batch * (i + 1) / (clock() - stamps[0]):.1f} images/s so far"
-                    )
-        stamps[iters] = clock()
-        timed_wall_s = stamps[iters] - stamps[0]
-        step_s = [stamps[i + 1] - stamps[i] for i in range(iters)]
-        data_s = [ready_t[i] - stamps[i] for i in range(iters)]
+        steps = _host_steps(setup, iters, sync, rate)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     other_load = contention.other_load(cpu0, contention.snapshot(root))
     if after_timed is not None:
         after_timed()
-    compute_s = [s - d for s, d in zip(step_s, data_s, strict=True)]
     return LoopTimes(
-        step_s=step_s,
-        data_wait_s=data_s,
-        compute_s=compute_s,
-        timer=timer,
+        step_s=steps.step_s,
+        data_wait_s=steps.data_s,
+        compute_s=[s - d for s, d in zip(steps.step_s, steps.data_s, strict=True)],
+        timer=steps.timer,
         warmup_s=warmup_s,
         first_step_s=first_step_s,
-        timed_wall_s=timed_wall_s,
+        timed_wall_s=steps.wall_s,
         timed_user_s=ru1.ru_utime - ru0.ru_utime,
         timed_sys_s=ru1.ru_stime - ru0.ru_stime,
         other_load=other_load,
     )
 
 
-# --------------------------------------------------------------------------- the record
-
-
-def _rss_bytes(ru: resource.struct_rusage) -> int:
-    # ru_maxrss is KiB on Linux and bytes on macOS.
-    return int(ru.ru_maxrss) if sys.platform == "darwin" else int(ru.ru_maxrss) * 1024
-
-
-def gpu_clocks(index: int) -> dict[str, Any] | None:
-    """Current and max SM/memory clocks (MHz) through pynvml, None if it is not there."""
-    try:
-        import pynvml  # optional: nvidia-ml-py
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            return {
-                "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                "mem_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-                "sm_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                "mem_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-            }
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - clocks are optional information
-        return None
-
-
-def _device_info(resolved: Resolved) -> dict[str, Any]:
-    import torch
-    import torchvision
-
-    info: dict[str, Any] = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "cuda": None,
-        "cudnn": None,
-        "gpu_clocks": None,
-    }
-    if resolved.backend == "cuda":
-        index = torch.device(resolved.device).index or 0
-        info["device_name"] = torch.cuda.get_device_name(index)
-        info["cuda"] = torch.version.cuda
-        info["cudnn"] = torch.backends.cudnn.version()
-        info["gpu_clocks"] = gpu_clocks(index)
-    elif resolved.backend == "mps":
-        info["device_name"] = f"Apple MPS ({cpu_model()})"
-    else:
-        info["device_name"] = cpu_model()
-    return info
-
-
-def config_record(resolved: Resolved) -> dict[str, Any]:
-    cfg = resolved.cfg
-    return {
-        "arch": cfg.arch,
-        "batch_size": cfg.batch_size,
-        "image_size": cfg.image_size,
-        "warmup_iters": cfg.warmup_iters,
-        "iters": 1 if cfg.profile_step else cfg.iters,
-        "precision": cfg.precision,
-        "backend": resolved.backend,
-        "device": resolved.device,
-        "channels_last": cfg.channels_last,
-        "compile": cfg.compile,
-        "cudnn_benchmark": cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend),
-        "cudnn_benchmark_source": "default (on for CUDA)"
-        if cfg.cudnn_benchmark is None
-        else "--cudnn-benchmark"
-        if cfg.cudnn_benchmark
-        else "--no-cudnn-benchmark",
-        "model_factory": cfg.model_factory,
-        "model_kwargs": dict(cfg.model_kwargs),
-        "data": "synthetic" if cfg.data is None else str(cfg.data),
-        "workers": cfg.workers,
-        "pin_memory": cfg.pin_memory and resolved.backend == "cuda",
-        "threads": resolved.threads,
-        "optimizer": dict(OPTIMIZER),
-        "num_classes": cfg.num_classes,
-        "requested_backend": cfg.backend,
-        "profile_step": cfg.profile_step,
-        "nproc": cfg.nproc,
-        "dist_backend": dist_backend(resolved.backend) if cfg.nproc > 1 else None,
-        "global_batch_size": cfg.nproc * cfg.batch_size,
-    }
+# --------------------------------------------------------------------------- one run
 
 
 def _stderr(msg: str) -> None:
@@ -549,43 +514,6 @@ def _profile_hooks(backend: str) -> tuple[Callable[[], None] | None, Callable[[]
     return start, stop
 
 
-def new_record(resolved: Resolved) -> dict[str, Any]:
-    """The run record before the run: config and start time, every result key null."""
-    cfg = resolved.cfg
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": None,
-        "message": None,
-        "run_id": cfg.run_id,
-        "env": cfg.env,
-        "config": config_record(resolved),
-        "start_time": time.time(),
-        "end_time": None,
-        "step_time_s": None,
-        "data_wait_s": None,
-        "compute_s": None,
-        "images_per_s": None,
-        "wall_s": None,
-        "user_s": None,
-        "sys_s": None,
-        "max_rss_bytes": None,
-        "peak_device_memory_bytes": None,
-        "device_name": None,
-        "threads": resolved.threads,
-        "omp_num_threads": resolved.omp_num_threads,
-        "timer": None,
-        "numerics": None,
-        "setup_s": None,
-        "warmup_s": None,
-        "first_step_s": None,
-        "timed_region": None,
-        "dataset_images": None,
-        "grad_scaler": None,
-        "gpu_telemetry": None,
-        "ranks": None,
-    }
-
-
 def _barrier_first(
     before: Callable[[], None] | None,
 ) -> Callable[[], None]:
@@ -603,6 +531,45 @@ def _barrier_first(
 #: Given the built Setup, returns hooks around the timed steps (it may wrap
 #: ``setup.step``): how the trace job (dnnroofline.measure.traces) profiles the very same loop.
 Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
+
+
+def _time_steps(
+    setup: Setup, record: dict[str, Any], say: ProgressFn, instrument: Instrument | None
+) -> None:
+    """Warm up and time the built run, with its hooks (profiler range, trace, GradScaler
+    probe, NVML sampler, rank barrier); fill the record's results."""
+    import torch
+
+    resolved = setup.resolved
+    cfg = resolved.cfg
+    iters = 1 if cfg.profile_step else cfg.iters
+    # ncu profiles rank 0: only it opens the profiler range
+    profiled = cfg.profile_step and not cfg.rank
+    before, after = _profile_hooks(resolved.backend) if profiled else (None, None)
+    if instrument is not None:
+        before, after = instrument(setup)
+    probe: dict[str, float] = {}
+    if setup.scaler is not None:
+        before, after = with_scale_probe(setup.scaler, before, after, probe)
+    if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
+        sampler = NvmlSampler(torch.device(resolved.device).index or 0)
+        before, after = with_sampler(sampler, before, after, record)
+    if cfg.nproc > 1:
+        before = _barrier_first(before)
+    times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
+    if setup.scaler is not None:
+        record["grad_scaler"] = grad_scaler_record(
+            probe["before"], probe["after"], iters, cfg.profile_step
+        )
+    record.update(timing_fields(times, cfg.batch_size))
+    record.update(peak_memory_fields(resolved))
+    step, data = record["step_time_s"], record["data_wait_s"]
+    say(
+        f"done: median step {step['median'] * 1e3:.2f} ms "
+        f"(p5 {step['p5'] * 1e3:.2f}, p95 {step['p95'] * 1e3:.2f}, cv {step['cv']:.3f}), "
+        f"{record['images_per_s']:.1f} images/s, "
+        f"data wait median {data['median'] * 1e3:.3f} ms"
+    )
 
 
 def run(
@@ -631,7 +598,7 @@ def run(
     )
     setup = None
     try:
-        record.update(_device_info(resolved))
+        record.update(device_info(resolved))
         if resolved.backend == "cuda":
             torch.cuda.reset_peak_memory_stats(resolved.device)
         setup = build(resolved)
@@ -639,79 +606,12 @@ def run(
         record["dataset_images"] = setup.dataset_size
         record["setup_s"] = time.monotonic() - t0
         say(f"setup done in {record['setup_s']:.3f} s")
-        iters = 1 if cfg.profile_step else cfg.iters
-        # ncu profiles rank 0: only it opens the profiler range
-        profiled = cfg.profile_step and not cfg.rank
-        before, after = _profile_hooks(resolved.backend) if profiled else (None, None)
-        if instrument is not None:
-            before, after = instrument(setup)
-        probe: dict[str, float] = {}
-        if setup.scaler is not None:
-            before, after = with_scale_probe(setup.scaler, before, after, probe)
-        sampler = None
-        if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
-            sampler = NvmlSampler(torch.device(resolved.device).index or 0)
-            before, after = with_sampler(sampler, before, after, record)
-        if cfg.nproc > 1:
-            before = _barrier_first(before)
-        times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
-        if setup.scaler is not None:
-            record["grad_scaler"] = grad_scaler_record(
-                probe["before"], probe["after"], iters, cfg.profile_step
-            )
-        step = summarize(times.step_s)
-        data = summarize(times.data_wait_s)
-        compute = summarize(times.compute_s)
-        record.update(
-            status="ok",
-            step_time_s=step,
-            data_wait_s={
-                "median": data["median"],
-                "total": sum(times.data_wait_s),
-                "all": data["all"],
-            },
-            compute_s={"median": compute["median"], "total": sum(times.compute_s)},
-            images_per_s=cfg.batch_size / step["median"],
-            timer=times.timer,
-            warmup_s=times.warmup_s,
-            first_step_s=times.first_step_s,
-            timed_region={
-                "wall_s": times.timed_wall_s,
-                "user_s": times.timed_user_s,
-                "sys_s": times.timed_sys_s,
-                "steps_sum_s": sum(times.step_s),
-                "other_load": times.other_load,
-            },
-        )
-        if resolved.backend == "cuda":
-            record["peak_device_memory_bytes"] = int(
-                torch.cuda.max_memory_allocated(resolved.device)
-            )
-            record["peak_device_reserved_bytes"] = int(
-                torch.cuda.max_memory_reserved(resolved.device)
-            )
-        elif resolved.backend == "mps":
-            record["peak_device_memory_bytes"] = int(torch.mps.driver_allocated_memory())
-        say(
-            f"done: median step {step['median'] * 1e3:.2f} ms "
-            f"(p5 {step['p5'] * 1e3:.2f}, p95 {step['p95'] * 1e3:.2f}, cv {step['cv']:.3f}), "
-            f"{record['images_per_s']:.1f} images/s, "
-            f"data wait median {data['median'] * 1e3:.3f} ms"
-        )
+        _time_steps(setup, record, say, instrument)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash is this run's status, not the study's
-        status, message = failure_status(exc)
-        record.update(
-            status=status,
-            message=message,
-            step_time_s=None,
-            data_wait_s=None,
-            compute_s=None,
-            images_per_s=None,
-        )
-        record["traceback"] = traceback.format_exc(limit=8)[-MAX_MESSAGE:]
-        say(f"FAILED ({status}): {message}")
+        record.update(failure_fields(exc))
+        say(f"FAILED ({record['status']}): {record['message']}")
     finally:
         loader = getattr(setup, "loader", None)
         del setup, loader
@@ -721,32 +621,29 @@ def run(
                 torch.cuda.empty_cache()
     if record.get("device_name") is None:
         record["device_name"] = cpu_model() if resolved.backend == "cpu" else resolved.device
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     # The data-loader workers were shut down with the loader above: their CPU time
     # counts too, as it does in a data-parallel run's record.
-    ru1_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    record["wall_s"] = time.monotonic() - t0
-    record["user_s"] = ru1.ru_utime - ru0.ru_utime + ru1_children.ru_utime - ru0_children.ru_utime
-    record["sys_s"] = ru1.ru_stime - ru0.ru_stime + ru1_children.ru_stime - ru0_children.ru_stime
-    record["max_rss_bytes"] = _rss_bytes(ru1)
-    record["end_time"] = time.time()
+    record.update(usage_fields(t0, ru0, ru0_children))
     return record
 
 
 # --------------------------------------------------------------------------- CLI
 
 
+def _rank_run(resolved: Resolved, say: ProgressFn) -> dict[str, Any]:
+    """A timed run as one rank of a data-parallel run does it (ddp.rank_main's work)."""
+    return run(resolved, say)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: 0 when the JSON was written (status ok, oom or error), 2 for bad input."""
-    from dnnroofline.io import write_json_atomic
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = arg_parser().parse_args(argv)
     cfg = config_from_args(args)
     try:
         resolved = validate(cfg)
         if cfg.rank is not None:
-            return ddp.rank_main(resolved, args.out, _stderr)
+            return ddp.rank_main(resolved, args.out, _stderr, _rank_run)
         if cfg.nproc > 1:
             _stderr(
                 f"{cfg.arch} {cfg.precision} bs{cfg.batch_size} x {cfg.nproc} processes "
@@ -763,35 +660,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json_atomic(args.out, record)
     _stderr(f"wrote {args.out} (status {record['status']})")
     return 0
-
-
-__all__ = [
-    "BACKENDS",
-    "OPTIMIZER",
-    "PRECISIONS",
-    "SUPPORTED_PRECISIONS",
-    "LoopTimes",
-    "PrecisionSettings",
-    "Resolved",
-    "Setup",
-    "TrainConfig",
-    "apply_precision",
-    "autocast_factory",
-    "build",
-    "check_arch",
-    "check_precision",
-    "check_threads",
-    "failure_status",
-    "is_oom",
-    "known_archs",
-    "arg_parser",
-    "config_from_args",
-    "main",
-    "step_arguments",
-    "precision_settings",
-    "resolve_backend",
-    "run",
-    "suggest_archs",
-    "timed_loop",
-    "validate",
-]

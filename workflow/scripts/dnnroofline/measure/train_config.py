@@ -20,20 +20,13 @@ from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure.nvml_sampler import NvmlSampler
-from dnnroofline.study.config import (
-    COMPILE_MODES,
-    SUPPORTED_PRECISIONS,
-    UNSUPPORTED_REASON,
-    warmup_shortfall,
-)
+from dnnroofline.study import precisions
+from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
 from dnnroofline.study.models import model_kwargs_arg, refuse_kwargs_without_factory
 
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "mps")
-PRECISIONS = ("fp32", "tf32", "amp", "bf16")
-# Precisions each backend can train in. fp32 means TF32 off. tf32 and amp (fp16
-# autocast + GradScaler) are NVIDIA modes; bf16 autocast runs on CPU and CUDA. MPS
-# is fp32 only: fp16/bf16 autocast and GradScaler on MPS are not verified here.
+# Which backend trains in which precision, and why not: dnnroofline.study.precisions.
 # The optimizer is fixed: the complexity stage counts 6 FLOPs and one fp32 momentum
 # buffer per parameter for exactly this SGD.
 OPTIMIZER = {"name": "SGD", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}
@@ -65,19 +58,16 @@ class PrecisionSettings:
 
 def check_precision(precision: str, backend: str) -> None:
     """Raise InputError unless ``precision`` is valid on ``backend``."""
-    if precision not in PRECISIONS:
-        raise InputError(
-            f"--precision {precision!r}: unknown precision (choose from {', '.join(PRECISIONS)})"
-        )
+    precisions.require_known(precision, "--precision")
     if backend not in BACKENDS:
         raise InputError(
             f"--backend {backend!r}: unknown backend (choose from auto, cpu, cuda, mps)"
         )
-    if precision not in SUPPORTED_PRECISIONS[backend]:
-        reason = UNSUPPORTED_REASON.get((backend, precision), "not supported")
+    reason = precisions.unsupported_reason(backend, precision)
+    if reason:
         raise InputError(
             f"--precision {precision!r} is not supported on backend {backend!r}: {reason} "
-            f"(supported on {backend}: {', '.join(SUPPORTED_PRECISIONS[backend])})"
+            f"(supported on {backend}: {', '.join(precisions.supported(backend))})"
         )
 
 
@@ -88,12 +78,11 @@ def precision_settings(precision: str, backend: str) -> PrecisionSettings:
     on; amp is fp16 autocast with a GradScaler; bf16 is bf16 autocast without one.
     """
     check_precision(precision, backend)
-    autocast_dtype = {"amp": "float16", "bf16": "bfloat16"}.get(precision)
     tf32 = precision == "tf32"
     return PrecisionSettings(
         precision=precision,
         backend=backend,
-        autocast_dtype=autocast_dtype,
+        autocast_dtype=precisions.autocast_dtype(precision),
         grad_scaler=precision == "amp",
         allow_tf32=tf32,
         matmul_precision="high" if tf32 else "highest",
@@ -380,14 +369,11 @@ def with_sampler(
     return start, stop
 
 
-def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolved:
-    """Check every argument, resolve the backend, set the thread count.
+def _check_arguments(cfg: TrainConfig) -> None:
+    """The checks that need no device: counts, warm-up, compile mode, the model.
 
-    Raises InputError (the CLI exits 2 and writes nothing) naming the flag and value.
+    ``--compile`` given alone becomes ``"default"``.
     """
-    import torch
-
-    environ = dict(os.environ) if environ is None else environ
     for flag, value, minimum in (
         ("--batch-size", cfg.batch_size, 1),
         ("--image-size", cfg.image_size, 1),
@@ -422,11 +408,18 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     else:
         check_arch(cfg.arch)
         refuse_kwargs_without_factory(cfg.arch, cfg.model_factory, cfg.model_kwargs)
-    if cfg.precision not in PRECISIONS:
-        raise InputError(
-            f"--precision {cfg.precision!r}: unknown precision "
-            f"(choose from {', '.join(PRECISIONS)})"
-        )
+
+
+def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolved:
+    """Check every argument, resolve the backend, set the thread count.
+
+    Raises InputError (the CLI exits 2 and writes nothing) naming the flag and value.
+    """
+    import torch
+
+    environ = dict(os.environ) if environ is None else environ
+    _check_arguments(cfg)
+    precisions.require_known(cfg.precision, "--precision")
     if cfg.rank is not None and not (0 <= cfg.rank < cfg.nproc and cfg.dist_store):
         raise InputError(f"--rank {cfg.rank}: needs --nproc > rank and --dist-store")
     backend = resolve_backend(cfg.backend)
@@ -441,22 +434,23 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
             f"--nproc {cfg.nproc} on backend 'cuda': {torch.cuda.device_count()} GPU(s) "
             "visible, and each process needs its own"
         )
-    if backend == "cuda" and cfg.precision in ("tf32", "bf16"):
-        major, minor = torch.cuda.get_device_capability()
-        if major < 8:
+    if backend == "cuda":
+        cc = torch.cuda.get_device_capability()
+        why = precisions.unsupported_reason("cuda", cfg.precision, cuda_cc=cc)
+        if why:
             raise InputError(
                 f"--precision {cfg.precision!r} is not supported on backend 'cuda' with "
-                f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}): "
-                f"{cfg.precision} needs native support (compute capability >= 8.0)"
+                f"{torch.cuda.get_device_name()}: {why}"
             )
-    if backend == "cpu" and cfg.precision == "bf16":
-        from dnnroofline.measure.ceilings import cpu_bf16_reason
+    if backend == "cpu":
         from dnnroofline.study.config import detect_cpu_flags
 
         flags = detect_cpu_flags()
-        why = cpu_bf16_reason(flags) if flags is not None else None
+        why = precisions.unsupported_reason("cpu", cfg.precision, cpu_flags=flags)
         if why:
-            raise InputError(f"--precision 'bf16' is not supported on backend 'cpu' here: {why}")
+            raise InputError(
+                f"--precision {cfg.precision!r} is not supported on backend 'cpu' here: {why}"
+            )
     if cfg.data is not None:
         root = Path(cfg.data)
         if not root.is_dir():
@@ -542,7 +536,7 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--warmup-iters", type=int, default=5)
-    p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}")
+    p.add_argument("--precision", default="fp32", help=f"one of {', '.join(precisions.PRECISIONS)}")
     p.add_argument("--backend", default="auto", help="auto | cpu | cuda | mps")
     data = p.add_mutually_exclusive_group()
     data.add_argument("--synthetic", action="store_true", help="one random batch on the device")

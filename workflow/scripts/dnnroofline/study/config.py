@@ -16,24 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.measure.ceilings import cpu_bf16_reason
+from dnnroofline.study import identity, precisions
 
-# Precisions each backend can train in: the one table that config validation and
-# the driver both use. fp32 means TF32 off; tf32 and amp (fp16 autocast +
-# GradScaler) need NVIDIA tensor cores; bf16 autocast runs on CPU and CUDA. MPS
-# autocast is not validated by this driver yet, so MPS trains in fp32 only.
-SUPPORTED_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "bf16"),
-    "cuda": ("fp32", "tf32", "amp", "bf16"),
-    "mps": ("fp32",),
-}
-UNSUPPORTED_REASON = {
-    ("cpu", "tf32"): "TF32 is an NVIDIA tensor-core mode",
-    ("cpu", "amp"): "amp is fp16 autocast with GradScaler, which this driver runs on CUDA only",
-    ("mps", "tf32"): "TF32 is an NVIDIA tensor-core mode",
-    ("mps", "amp"): "fp16 autocast with GradScaler on MPS is not supported by this driver",
-    ("mps", "bf16"): "bf16 autocast on MPS is not supported by this driver",
-}
 # torch.compile modes an env may ask for (``compile: false`` runs eagerly).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 # Modes that record CUDA graphs: on CUDA the first call compiles and runs, the second
@@ -53,11 +37,22 @@ class Run:
 
     @property
     def config_key(self) -> str:
-        return f"{self.env}_{self.model}_{self.precision}_bs{self.batch}"
+        return identity.config_key(self.env, self.model, self.precision, self.batch)
 
     @property
     def run_id(self) -> str:
-        return f"{self.config_key}_run{self.run}"
+        return identity.run_id(self.env, self.model, self.precision, self.batch, self.run)
+
+    def record(self) -> dict[str, Any]:
+        """The run as results/study_matrix.json lists it: its id and its identity."""
+        return {
+            "run_id": self.run_id,
+            "env": self.env,
+            "model": self.model,
+            "precision": self.precision,
+            "batch_size": self.batch,
+            "run": self.run,
+        }
 
 
 def warmup_shortfall(warmup_iters: int, compile_mode: str | None) -> str | None:
@@ -133,7 +128,7 @@ def detect_device() -> str:
     cuda when the NVIDIA driver is loaded, mps on Apple silicon, else cpu. The jobs
     themselves check again with torch and refuse a machine that does not match.
     """
-    if Path("/proc/driver/nvidia/version").exists() or os.environ.get("DNNROOFLINE_FAKE_CUDA"):
+    if Path("/proc/driver/nvidia/version").exists():
         return "cuda"
     if sys.platform == "darwin" and os.uname().machine == "arm64":
         return "mps"
@@ -174,6 +169,7 @@ class Study:
             spec.name: spec for spec in map(ModelSpec.from_entry, self.study["models"])
         }
         self._check_env_names()
+        self._check_precision_names()
         self._check_models(known_models)
         self._check_data(path_exists)
         self.measure_envs = self._pick_measure_envs()
@@ -297,7 +293,7 @@ class Study:
         """The precisions whose roofs (and ncu self-test) the env measures: its own, then
         those of ``ceilings.precisions`` that its device runs."""
         extra = (self.config.get("ceilings") or {}).get("precisions") or []
-        supported = SUPPORTED_PRECISIONS[self.device(env)]
+        supported = precisions.supported(self.device(env))
         return list(dict.fromkeys([*self.precisions(env), *(p for p in extra if p in supported)]))
 
     def batch_sizes(self, env: str, model: str | None = None) -> list[int]:
@@ -439,24 +435,30 @@ class Study:
             e for e, spec in self.envs.items() if spec["device"] in ("auto", self.machine_device)
         ]
 
+    def _check_precision_names(self) -> None:
+        """Every precision the config names is one of the study's (the schema leaves the
+        names to dnnroofline.study.precisions, their one home)."""
+        lists = [("study.precisions", self.study["precisions"])]
+        lists += [(f"envs.{e}.precisions", spec.get("precisions")) for e, spec in self.envs.items()]
+        lists.append(("ceilings.precisions", (self.config.get("ceilings") or {}).get("precisions")))
+        for key, names in lists:
+            for i, name in enumerate(names or []):
+                precisions.require_known(name, f"config {key}[{i}]")
+
     def _check_precisions(self, env: str) -> None:
         device = self.device(env)
+        # native bf16 on this CPU needs AVX512_BF16 or AMX (flags None: unknown, not refused)
+        flags = self._cpu_flags if self._measured_on_this_cpu(env) else None
+        supported = precisions.supported(device, cpu_flags=flags)
         for precision in self.precisions(env):
-            supported = list(SUPPORTED_PRECISIONS[device])
-            reason = None
-            if precision not in supported:
-                reason = UNSUPPORTED_REASON.get((device, precision), "not supported")
-            elif (device, precision) == ("cpu", "bf16") and self._measured_on_this_cpu(env):
-                # native bf16 needs AVX512_BF16 or AMX (flags None: unknown, not refused)
-                reason = cpu_bf16_reason(self._cpu_flags) if self._cpu_flags is not None else None
-                if reason:
-                    supported.remove("bf16")
+            reason = precisions.unsupported_reason(device, precision, cpu_flags=flags)
             if reason:
-                where = "precisions" if self.envs[env].get("precisions") else "study.precisions"
+                own = self.envs[env].get("precisions")
+                where = f"envs.{env}.precisions" if own else "study.precisions"
+                here = " here" if supported != precisions.supported(device) else ""
                 raise InputError(
-                    f"config {where}: precision {precision!r} is not supported on env {env!r} "
-                    f"(device {device}): {reason}. Supported on {device}"
-                    f"{' here' if len(supported) < len(SUPPORTED_PRECISIONS[device]) else ''}: "
+                    f"config {where}: precision {precision!r} is not supported on env "
+                    f"{env!r} (device {device}): {reason}. Supported on {device}{here}: "
                     f"{', '.join(supported)}"
                 )
 
