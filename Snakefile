@@ -7,35 +7,35 @@ from snakemake.utils import min_version, validate
 
 min_version("9.19")
 
+# The rules' helpers import the package, which runs from the checkout (not installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from dnnroofline.errors import InputError
-from dnnroofline.study.schema import check_integers, schema_error_message
+from dnnroofline.study.schema import check_integers
 from dnnroofline.study.config import check_config_files
 
 
 configfile: "config/config.yaml"
 
 
-# A bad config stops here, before any job, with one line naming the key and value.
+# A bad config stops here, before any job, with one line naming the key and value:
+# check_integers checks the whole schema (integers strictly, as jsonschema does not),
+# and Snakemake's validate then fills in the schema's defaults, which the rules read.
 try:
     check_config_files(workflow.configfiles, yaml.compose)
-    validate(config, "config/schema.yaml")
     check_integers(
         config, yaml.safe_load(Path(workflow.basedir, "config/schema.yaml").read_text())
     )
 except InputError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
-except WorkflowError as err:
-    if err.__context__ is None or not hasattr(err.__context__, "absolute_path"):
-        raise
-    raise WorkflowError(schema_error_message(err.__context__)) from None
+validate(config, "config/schema.yaml", set_default=True)
 
 
 report: "report/workflow.rst"
 
 
-include: "rules/cluster.smk"
+# Every helper is in common.smk, included first; the rule files define rules only, so
+# their order does not matter.
 include: "rules/common.smk"
 include: "rules/machine.smk"
 include: "rules/complexity.smk"

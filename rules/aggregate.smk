@@ -11,10 +11,7 @@ rule study_matrix:
         "../envs/analysis.yaml"
     params:
         config=resolved_config(),
-        runs=[
-            {"run_id": r.run_id, "env": r.env, "measured_here": r.env in MEASURED}
-            for r in STUDY.runs()
-        ],
+        runs=[{**r.record(), "measured_here": r.env in MEASURED} for r in STUDY.runs()],
     script:
         "../workflow/scripts/write_study_matrix.py"
 
@@ -31,8 +28,7 @@ rule metrics:
     params:
         script=entry_script("aggregate_metrics.py"),
     shell:
-        "python {params.script} --runs {input.runs} --out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged("python {params.script} --runs {input.runs} --out {output}")
 
 
 rule roofline_points:
@@ -56,7 +52,8 @@ rule roofline_points:
         perf=optional_files_flag("perf"),
         traces=optional_files_flag("traces"),
     shell:
-        "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
-        "--ceilings {input.ceilings} {params.ncu} {params.perf} {params.traces} "
-        "--out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --metrics {input.metrics} --complexity {input.complexity} "
+            "--ceilings {input.ceilings} {params.ncu} {params.perf} {params.traces} "
+            "--out {output}"
+        )

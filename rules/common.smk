@@ -1,12 +1,19 @@
-# Config helpers and target functions. The study logic lives in dnnroofline.study.config.
+# Every helper of the rules, in one file that the Snakefile includes before the rules:
+# the study and its targets, the Slurm wiring, per-job values and the one way a rule runs
+# an entry script. The study logic itself lives in dnnroofline.study.
 import glob
 import json
 import os
+import subprocess
 
 from snakemake.logging import logger
 
+from dnnroofline.study import cluster as slurm
 from dnnroofline.measure.envinfo import check_copied_env
 from dnnroofline.errors import InputError
+from dnnroofline.report import SECTION_NAMES, section_file
+from dnnroofline.report import SECTIONS as REPORT_SECTIONS
+from dnnroofline.study.precisions import PRECISIONS
 from dnnroofline.study.config import (
     Study,
     alternation,
@@ -14,6 +21,115 @@ from dnnroofline.study.config import (
     detect_device,
     detect_gpu_count,
 )
+from dnnroofline.study.identity import (
+    CONFIG_KEY_PATTERN,
+    complexity_path,
+    config_key,
+    run_id,
+)
+
+# A config's file stem as a wildcard pattern, spelled once (dnnroofline.study.identity):
+# {env} in the rules that read any env's results, {menv} in those that measure here.
+CONFIG_KEY = CONFIG_KEY_PATTERN
+MEASURED_KEY = CONFIG_KEY_PATTERN.replace("{env}", "{menv}")
+
+
+def measured_path(folder, suffix):
+    """results/{menv}/<folder>/<config key><suffix>: a measuring rule's file pattern."""
+    return f"results/{{menv}}/{folder}/{MEASURED_KEY}{suffix}"
+
+
+def env_path(folder, suffix):
+    """results/{env}/<folder>/<config key><suffix>: a config's file in any env's results."""
+    return f"results/{{env}}/{folder}/{CONFIG_KEY}{suffix}"
+
+
+def driver_run_id(kind):
+    """A params function giving --run-id of a measuring job's driver: the run's id for a
+    timed run (kind "run"), else the config key and the job's kind (_ncu, _perf, _trace).
+    """
+
+    def run_id_of(wildcards):
+        key = (wildcards.menv, wildcards.model, wildcards.precision, wildcards.batch)
+        return (
+            run_id(*key, wildcards.run)
+            if kind == "run"
+            else f"{config_key(*key)}_{kind}"
+        )
+
+    run_id_of.__name__ = f"{kind}_run_id"
+    return run_id_of
+
+
+# ---- Slurm: where each env's jobs go. profiles/slurm sets config cluster: slurm; the
+# envs' slurm blocks are then checked against sinfo before any job is submitted, and each
+# measurement job gets its env's partition, gres and constraint, and its node alone.
+def slurm_partitions():
+    """This cluster's partitions, as sinfo lists them."""
+    cmd = ["sinfo", "-h", "-N", "-o", slurm.SINFO_FORMAT]
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, timeout=60
+        )
+    except FileNotFoundError:
+        raise WorkflowError(
+            "config cluster: slurm, but this host has no sinfo: run the study from a "
+            "host of the Slurm cluster (a login node)"
+        ) from None
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+        detail = (getattr(err, "stderr", None) or str(err)).strip()
+        raise WorkflowError(
+            f"config cluster: slurm, but sinfo failed: {detail}"
+        ) from None
+    return slurm.parse_sinfo(out.stdout)
+
+
+def executor_forbidden_options():
+    """The sbatch options the executor plugin sets itself (refused in slurm.extra)."""
+    try:
+        from snakemake_executor_plugin_slurm.validation import (
+            get_forbidden_slurm_options,
+        )
+    except ImportError:
+        raise WorkflowError(
+            "config cluster: slurm needs Snakemake's Slurm executor plugin: "
+            "pip install snakemake-executor-plugin-slurm"
+        ) from None
+    return get_forbidden_slurm_options()
+
+
+if slurm.is_slurm(config):
+    SLURM_PARTITIONS = slurm_partitions()
+    try:
+        slurm.check_envs(config, SLURM_PARTITIONS, executor_forbidden_options())
+    except InputError as err:
+        raise WorkflowError(f"Invalid config: {err}") from None
+    CLUSTER_CPUS = slurm.node_cpus(config, SLURM_PARTITIONS)
+else:
+    CLUSTER_CPUS = None
+    if slurm.ignored_blocks_warning(config):
+        logger.warning(slurm.ignored_blocks_warning(config))
+
+
+def on_env_nodes(exclusive):
+    """Resources that send a job of env {menv} to its partition with its gres and
+    constraint; an exclusive job (a measurement) holds its node alone. Empty off Slurm.
+    """
+    if CLUSTER_CPUS is None:
+        return {}
+
+    def resource(key):
+        def value(wildcards):
+            block = config["envs"][wildcards.menv].get("slurm")
+            return slurm.job_resources(block, exclusive)[key]
+
+        return value
+
+    keys = ("slurm_partition", "gres", "constraint", "slurm_extra")
+    return {key: resource(key) for key in keys}
+
+
+# ---- The study
 
 
 def known_models():
@@ -59,14 +175,13 @@ except InputError as err:
 
 MEASURED = STUDY.measure_envs
 ENVS = list(config["envs"])
-ncu_settings = config.get("ncu", {})
 
 
 wildcard_constraints:
     env=alternation(ENVS),
     menv=alternation(MEASURED),
     model=alternation(STUDY.models),
-    precision="fp32|tf32|amp|bf16",
+    precision=alternation(PRECISIONS),
     batch=r"\d+",
     run=r"\d+",
 
@@ -80,8 +195,22 @@ def entry_script(name):
     return os.path.relpath(os.path.join(workflow.basedir, "workflow", "scripts", name))
 
 
-def log_path(env, name):
-    return f"results/{env}/logs/{name}.log"
+def logged(*commands):
+    """The shell command of a rule: its entry-script commands, run in turn while each
+    succeeds, write to the job's log; a failure shows the log's last lines on the
+    terminal too (the log keeps the rest).
+
+    One command is written as the rules wrote it before this helper: Snakemake re-runs
+    a finished job whose shell text changed, and a measurement should not re-run for that.
+    """
+    command = commands[0] if len(commands) == 1 else f"({' && '.join(commands)})"
+    return f"{command} > {{log}} 2>&1 || (tail -n 5 {{log}} >&2; exit 1)"
+
+
+def ncu_timeout_flag():
+    """--timeout of the ncu stages: ncu.pass_timeout_s, unset: each stage's own default."""
+    seconds = config["ncu"].get("pass_timeout_s")
+    return "" if seconds is None else f"--timeout {seconds}"
 
 
 def run_path(r):
@@ -175,7 +304,7 @@ def ncu_files():
 
 
 def complexity_files():
-    return [f"results/complexity/{m}_bs{b}.json" for m, b in STUDY.complexity_keys()]
+    return [complexity_path(m, b) for m, b in STUDY.complexity_keys()]
 
 
 def ceilings_files():
@@ -183,7 +312,12 @@ def ceilings_files():
 
 
 def benchmark_files():
-    """Benchmark TSVs of the measuring jobs run here, for "what the study itself cost"."""
+    """Benchmark TSVs read by the report's "what the study itself cost".
+
+    Not the TSVs of the timed runs (their run JSONs give that stage), env_info or perf:
+    a finished job whose TSV is missing (results made before it had one) would re-run
+    to write it, a measurement re-run for a report figure.
+    """
     files = [
         f"results/benchmarks/complexity/{m}_bs{b}.tsv"
         for m, b in STUDY.complexity_keys()
@@ -195,7 +329,7 @@ def benchmark_files():
         f"results/{c.env}/benchmarks/ncu/{c.config_key}.tsv"
         for c in STUDY.profiled_configs()
     ]
-    return files + trace_benchmark_files()  # rules/traces_common.smk
+    return files + trace_benchmark_files()
 
 
 def env_info_files():
@@ -217,16 +351,6 @@ def run_args(wildcards):
     return " ".join(flags + STUDY.option_flags(wildcards.menv))
 
 
-SECTIONS = [
-    "design",
-    "complexity",
-    "measurement",
-    "roofline",
-    "analysis",
-    "reproducibility",
-]
-
-
 def plot_files():
     files = []
     for name in [f"roofline_{env}" for env in reported_envs()] + [
@@ -243,7 +367,7 @@ def all_targets():
     return (
         ["results/metrics.csv", "results/roofline_points.csv"]
         + plot_files()
-        + expand("results/report_sections/{section}.html", section=SECTIONS)
+        + [f"results/report_sections/{section_file(name)}" for name in SECTION_NAMES]
     )
 
 
@@ -261,7 +385,133 @@ def measure_targets():
     files += [
         f"results/{c.env}/ncu/{c.config_key}.json" for c in STUDY.profiled_configs()
     ]
-    return files + trace_files() + perf_files()  # traces_common.smk, perf_common.smk
+    return files + trace_files() + perf_files()
+
+
+# ---- Targets of the ncu, perf and trace rules
+
+
+def ncu_configs():
+    """Every config with an ncu capture: CUDA envs measured here, and captures
+    copied in from other machines (results/{env}/ncu/*.json of a copied env)."""
+    configs = STUDY.profiled_configs()
+    for env in copied_envs():
+        by_key = {c.config_key: c for c in STUDY.configs([env])}
+        for path in sorted(glob.glob(f"results/{env}/ncu/*.json")):
+            key = os.path.basename(path).removesuffix(".json")
+            if key in by_key:
+                configs.append(by_key[key])
+    return configs
+
+
+def ncu_targets():
+    files = []
+    for c in ncu_configs():
+        for kind in ("kernels", "hierarchical"):
+            files += [
+                f"results/plots/kernels/roofline_{kind}_{c.config_key}.{ext}"
+                for ext in ("png", "svg")
+            ]
+    return files + ["results/report_sections/ncu_vs_analytic.html"]
+
+
+def selftest_files():
+    """The counter self-test of each CUDA env measured here, and of copied envs that have one."""
+    files = [f"results/{env}/ncu/selftest.json" for env in STUDY.cuda_envs_measured()]
+    for env in copied_envs():
+        path = f"results/{env}/ncu/selftest.json"
+        if os.path.exists(path):
+            files.append(path)
+    return files
+
+
+def perf_configs():
+    """Configs with CPU counters (perf.enabled): those of the CPU envs measured here."""
+    if not config["perf"]["enabled"]:
+        return []
+    return STUDY.configs([e for e in MEASURED if STUDY.device(e) == "cpu"])
+
+
+def perf_files():
+    return [f"results/{c.env}/perf/{c.config_key}.json" for c in perf_configs()]
+
+
+def single_process_envs():
+    """Envs measured here that run the step in one process: one trace file."""
+    return [e for e in MEASURED if STUDY.nproc(e) == 1]
+
+
+def data_parallel_envs():
+    """Envs measured here with nproc > 1: a folder of traces, one per rank."""
+    return [e for e in MEASURED if STUDY.nproc(e) > 1]
+
+
+def trace_path(c):
+    """A config's trace output: its trace file, or a data-parallel env's folder of them."""
+    stem = f"results/{c.env}/traces/{c.config_key}"
+    return f"{stem}.ranks" if STUDY.nproc(c.env) > 1 else f"{stem}.json"
+
+
+def trace_file(wildcards):
+    """--trace-out of the trace job: X.json, in a data-parallel env's folder, where rank
+    i writes X.rank{i}.json (the run identity and the rank in each name)."""
+    key = config_key(
+        wildcards.menv, wildcards.model, wildcards.precision, wildcards.batch
+    )
+    stem = f"results/{wildcards.menv}/traces/{key}"
+    return (
+        f"{stem}.ranks/{key}.json"
+        if STUDY.nproc(wildcards.menv) > 1
+        else f"{stem}.json"
+    )
+
+
+def trace_configs():
+    """Configs with a trace: every config measured here, and the traces copied in with
+    another machine's results/{env}/traces/."""
+    if not config["traces"]["enabled"]:
+        return []
+    configs = STUDY.configs(MEASURED)
+    for env in copied_envs():
+        for c in STUDY.configs([env]):
+            if os.path.exists(f"results/{env}/traces/{c.config_key}.ops.json"):
+                configs.append(c)
+    return configs
+
+
+def trace_tables():
+    return [f"results/{c.env}/traces/{c.config_key}.ops.json" for c in trace_configs()]
+
+
+def trace_files():
+    """Trace files of the configs measured here (copied ones are read, never made)."""
+    if not config["traces"]["enabled"]:
+        return []
+    files = []
+    for c in STUDY.configs(MEASURED):
+        stem = f"results/{c.env}/traces/{c.config_key}"
+        files += [trace_path(c), f"{stem}.ops.json", f"{stem}.ops.csv"]
+    return files
+
+
+def trace_targets():
+    """The trace files, and the report section made of them."""
+    if not config["traces"]["enabled"]:
+        return []
+    return trace_files() + ["results/report_sections/traces.html"]
+
+
+def trace_benchmark_files():
+    """Benchmark TSVs of the trace jobs run here (the report's "what the study cost")."""
+    if not config["traces"]["enabled"]:
+        return []
+    return [
+        f"results/{c.env}/benchmarks/traces/{c.config_key}.tsv"
+        for c in STUDY.configs(MEASURED)
+    ]
+
+
+# ---- Per-job values and the way a rule runs its entry scripts
 
 
 def declared_machine_flags(env):
@@ -315,12 +565,21 @@ def job_threads(wildcards):
     return STUDY.job_threads(wildcards.menv)
 
 
+# The rules whose jobs hold their env's threads (threads: env_threads or job_threads).
+HOLD_ENV_THREADS = {"ceilings", "train", "ncu", "perf", "trace", "trace_data_parallel"}
+
+
 def envs_measured_now():
-    """Envs with a measurement to run that holds the env's threads (not env_info)."""
+    """Envs with a measurement to run that holds the env's threads (not env_info).
+
+    Snakemake has no public API for the jobs about to run, and a check at each job
+    (its threads function) would come after env_info had run: this is the one use of
+    the DAG's needrun_jobs(), kept so a short --cores stops the study before any job.
+    """
     return {
         job.wildcards_dict["menv"]
         for job in workflow.dag.needrun_jobs()
-        if job.rule.resources.get("_cores") in (env_threads, job_threads)
+        if job.rule.name in HOLD_ENV_THREADS
     }
 
 

@@ -14,6 +14,7 @@ rule complexity:
         script=entry_script("complexity.py"),
         model=model_flags,
     shell:
-        "OMP_NUM_THREADS=1 python {params.script} {params.model} "
-        "--batch-size {wildcards.batch} --out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "OMP_NUM_THREADS=1 python {params.script} {params.model} "
+            "--batch-size {wildcards.batch} --out {output}"
+        )

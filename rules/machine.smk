@@ -8,6 +8,8 @@ rule env_info:
         "results/{menv}/env_info.json",
     log:
         "results/{menv}/logs/env_info.log",
+    benchmark:
+        "results/{menv}/benchmarks/env_info.tsv"
     conda:
         "../envs/machine.yaml"
     resources:
@@ -16,8 +18,9 @@ rule env_info:
         script=entry_script("env_info.py"),
         declared=env_declared_flags,
     shell:
-        "python {params.script} --env {wildcards.menv} {params.declared} "
-        "--out {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --env {wildcards.menv} {params.declared} --out {output}"
+        )
 
 
 rule ceilings:
@@ -39,15 +42,18 @@ rule ceilings:
         script=entry_script("ceilings.py"),
         device=env_device,
         precisions=env_precisions,
-        quick="--quick" if config.get("ceilings", {}).get("quick") else "",
+        quick="--quick" if config["ceilings"]["quick"] else "",
         # the runs' threads: a changed count re-measures the roofs
         declared_threads=env_threads,
         check=entry_script("env_info.py"),
         declared=env_declared_flags,
+        # the perf binary the perf jobs run: its events are the ones probed here
+        perf=config["perf"]["executable"],
     shell:
-        # first refuse a machine that is not the one env_info.json describes
-        "python {params.check} --env {wildcards.menv} {params.declared} --verify {input} "
-        "> {log} 2>&1 && python {params.script} --env {wildcards.menv} --device {params.device} "
-        "--precisions {params.precisions} {params.quick} "
-        "--expect-threads {params.declared_threads} --out {output} >> {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            # first refuse a machine that is not the one env_info.json describes
+            "python {params.check} --env {wildcards.menv} {params.declared} --verify {input}",
+            "python {params.script} --env {wildcards.menv} --device {params.device} "
+            "--precisions {params.precisions} {params.quick} --perf {params.perf} "
+            "--expect-threads {params.declared_threads} --out {output}",
+        )

@@ -2,10 +2,7 @@
 # (env, model, precision, batch) on CUDA envs (at ncu.batch_sizes, where given).
 # Counts come from here; durations
 # come from the uninstrumented runs, since ncu serializes and replays kernels.
-# Target functions (ncu_targets) live in ncu_common.smk.
-
-
-include: "ncu_common.smk"
+# Target functions (ncu_targets) live in common.smk.
 
 
 # The counter self-test: known GEMMs (one per study precision) and a known copy,
@@ -27,13 +24,14 @@ rule ncu_selftest:
         measurement=1,
     params:
         script=entry_script("ncu_selftest.py"),
-        ncu=ncu_settings.get("executable", "ncu"),
+        ncu=config["ncu"]["executable"],
         precisions=env_precisions,
-        timeout=ncu_pass_timeout,
+        timeout=ncu_timeout_flag(),
     shell:
-        "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
-        "{params.timeout}--precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
+            "{params.timeout} --precisions {params.precisions} --work-dir results/{wildcards.menv}/ncu/selftest --out {output}"
+        )
 
 
 rule ncu:
@@ -43,15 +41,15 @@ rule ncu:
         selftest="results/{menv}/ncu/selftest.json",
     output:
         # kernel pass (per kernel, cold cache) and step pass (the step as it runs)
-        csv="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.csv",
-        step_csv="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.step.csv",
-        json="results/{menv}/ncu/{menv}_{model}_{precision}_bs{batch}.json",
+        csv=measured_path("ncu", ".csv"),
+        step_csv=measured_path("ncu", ".step.csv"),
+        json=measured_path("ncu", ".json"),
         # the driver's own run JSON of the profiled step (not a timing: it ran under ncu)
-        driver_run="results/{menv}/ncu/driver/{menv}_{model}_{precision}_bs{batch}.json",
+        driver_run=measured_path("ncu/driver", ".json"),
     log:
-        "results/{menv}/logs/ncu/{menv}_{model}_{precision}_bs{batch}.log",
+        measured_path("logs/ncu", ".log"),
     benchmark:
-        "results/{menv}/benchmarks/ncu/{menv}_{model}_{precision}_bs{batch}.tsv"
+        measured_path("benchmarks/ncu", ".tsv")
     conda:
         "../envs/profile.yaml"
     threads: job_threads
@@ -59,24 +57,26 @@ rule ncu:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
+        run_id=driver_run_id("ncu"),
         script=entry_script("profile_ncu.py"),
         driver=entry_script("run_train.py"),
         args=run_args,
-        ncu=ncu_settings.get("executable", "ncu"),
-        warmup=ncu_settings.get("warmup_iters", 3),
+        ncu=config["ncu"]["executable"],
+        warmup=config["ncu"]["warmup_iters"],
         declared_threads=env_threads,
-        timeout=ncu_pass_timeout,
+        timeout=ncu_timeout_flag(),
     shell:
-        "python {params.script} --ncu {params.ncu} --env-info {input.info} {params.timeout}"
-        "--csv-out {output.csv} --step-csv-out {output.step_csv} --json-out {output.json} "
-        "--driver-run-out {output.driver_run} "
-        "--selftest {input.selftest} --precision {wildcards.precision} "
-        "-- python {params.driver} {params.args} "
-        "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} "
-        "--env-info {input.info} "
-        "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_ncu "
-        "--expect-threads {params.declared_threads} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --ncu {params.ncu} --env-info {input.info} {params.timeout} "
+            "--csv-out {output.csv} --step-csv-out {output.step_csv} --json-out {output.json} "
+            "--driver-run-out {output.driver_run} "
+            "--selftest {input.selftest} --precision {wildcards.precision} "
+            "-- python {params.driver} {params.args} "
+            "--warmup-iters {params.warmup} --iters 1 --env {wildcards.menv} "
+            "--env-info {input.info} "
+            "--run-id {params.run_id} "
+            "--expect-threads {params.declared_threads}"
+        )
 
 
 # What the ncu counters add to the roofline: per config, the kernels on the DRAM
@@ -86,11 +86,11 @@ rule ncu:
 
 rule plot_kernel_roofline:
     input:
-        ncu="results/{env}/ncu/{env}_{model}_{precision}_bs{batch}.json",
+        ncu=env_path("ncu", ".json"),
         ceilings="results/{env}/ceilings.json",
     output:
         png=report(
-            "results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.png",
+            f"results/plots/kernels/roofline_kernels_{CONFIG_KEY}.png",
             caption="../report/roofline_kernels.rst",
             category="4. Roofline",
             subcategory="Per-kernel rooflines (ncu)",
@@ -102,28 +102,29 @@ rule plot_kernel_roofline:
                 "batch": "{batch}",
             },
         ),
-        svg="results/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.svg",
+        svg=f"results/plots/kernels/roofline_kernels_{CONFIG_KEY}.svg",
     log:
-        "results/logs/plots/kernels/roofline_kernels_{env}_{model}_{precision}_bs{batch}.log",
+        f"results/logs/plots/kernels/roofline_kernels_{CONFIG_KEY}.log",
     conda:
         "../envs/analysis.yaml"
     params:
         script=entry_script("plot_kernel_roofline.py"),
     shell:
-        "python {params.script} --kind kernels --ncu {input.ncu} --ceilings {input.ceilings} "
-        "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
-        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --kind kernels --ncu {input.ncu} --ceilings {input.ceilings} "
+            "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
+            "--batch {wildcards.batch} --png {output.png} --svg {output.svg}"
+        )
 
 
 rule plot_hierarchical_roofline:
     input:
-        ncu="results/{env}/ncu/{env}_{model}_{precision}_bs{batch}.json",
+        ncu=env_path("ncu", ".json"),
         ceilings="results/{env}/ceilings.json",
         points="results/roofline_points.csv",
     output:
         png=report(
-            "results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.png",
+            f"results/plots/kernels/roofline_hierarchical_{CONFIG_KEY}.png",
             caption="../report/roofline_hierarchical.rst",
             category="4. Roofline",
             subcategory="Hierarchical rooflines (ncu)",
@@ -135,19 +136,20 @@ rule plot_hierarchical_roofline:
                 "batch": "{batch}",
             },
         ),
-        svg="results/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.svg",
+        svg=f"results/plots/kernels/roofline_hierarchical_{CONFIG_KEY}.svg",
     log:
-        "results/logs/plots/kernels/roofline_hierarchical_{env}_{model}_{precision}_bs{batch}.log",
+        f"results/logs/plots/kernels/roofline_hierarchical_{CONFIG_KEY}.log",
     conda:
         "../envs/analysis.yaml"
     params:
         script=entry_script("plot_kernel_roofline.py"),
     shell:
-        "python {params.script} --kind hierarchical --ncu {input.ncu} "
-        "--ceilings {input.ceilings} --points {input.points} "
-        "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
-        "--batch {wildcards.batch} --png {output.png} --svg {output.svg} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --kind hierarchical --ncu {input.ncu} "
+            "--ceilings {input.ceilings} --points {input.points} "
+            "--env {wildcards.env} --model {wildcards.model} --precision {wildcards.precision} "
+            "--batch {wildcards.batch} --png {output.png} --svg {output.svg}"
+        )
 
 
 rule ncu_vs_analytic:
@@ -173,7 +175,8 @@ rule ncu_vs_analytic:
         script=entry_script("write_ncu_comparison.py"),
         envs=ENVS,
     shell:
-        "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
-        "--selftest {input.selftest} --ceilings {input.ceilings} --envs {params.envs} "
-        "--out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --ncu {input.ncu} --complexity {input.complexity} "
+            "--selftest {input.selftest} --ceilings {input.ceilings} --envs {params.envs} "
+            "--out {output}"
+        )

@@ -21,9 +21,10 @@ rule plot_roofline_env:
     params:
         script=entry_script("plot_roofline.py"),
     shell:
-        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--env {wildcards.env} --png {output.png} --svg {output.svg} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+            "--env {wildcards.env} --png {output.png} --svg {output.svg}"
+        )
 
 
 rule plot_roofline_all:
@@ -46,9 +47,10 @@ rule plot_roofline_all:
     params:
         script=entry_script("plot_roofline.py"),
     shell:
-        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--png {output.png} --svg {output.svg} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+            "--png {output.png} --svg {output.svg}"
+        )
 
 
 rule plot_throughput:
@@ -70,9 +72,9 @@ rule plot_throughput:
     params:
         script=entry_script("plot_throughput.py"),
     shell:
-        "python {params.script} --metrics {input} --png {output.png} --svg {output.svg} "
-        "> {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --metrics {input} --png {output.png} --svg {output.svg}"
+        )
 
 
 rule plot_interactive_env:
@@ -96,9 +98,10 @@ rule plot_interactive_env:
         script=entry_script("plot_interactive.py"),
         ncu=optional_files_flag("ncu"),
     shell:
-        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "--env {wildcards.env} {params.ncu} --out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+            "--env {wildcards.env} {params.ncu} --out {output}"
+        )
 
 
 rule plot_interactive_all:
@@ -122,6 +125,7 @@ rule plot_interactive_all:
         script=entry_script("plot_interactive.py"),
         ncu=optional_files_flag("ncu"),
     shell:
-        "python {params.script} --points {input.points} --ceilings {input.ceilings} "
-        "{params.ncu} --out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --points {input.points} --ceilings {input.ceilings} "
+            "{params.ncu} --out {output}"
+        )

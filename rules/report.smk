@@ -14,42 +14,16 @@ rule report_sections:
         benchmarks=benchmark_files(),
         lock=os.path.join(workflow.basedir, "requirements.lock"),
     output:
-        design=report(
-            "results/report_sections/design.html",
-            caption="../report/design.rst",
-            category="1. Experiment design",
-            labels={"section": "design"},
-        ),
-        complexity=report(
-            "results/report_sections/complexity.html",
-            caption="../report/complexity.rst",
-            category="2. Complexity",
-            labels={"section": "complexity"},
-        ),
-        measurement=report(
-            "results/report_sections/measurement.html",
-            caption="../report/measurement.rst",
-            category="3. Measurement",
-            labels={"section": "measurement"},
-        ),
-        roofline=report(
-            "results/report_sections/roofline.html",
-            caption="../report/roofline.rst",
-            category="4. Roofline",
-            labels={"section": "roofline"},
-        ),
-        analysis=report(
-            "results/report_sections/analysis.html",
-            caption="../report/analysis.rst",
-            category="5. Analysis",
-            labels={"section": "analysis"},
-        ),
-        reproducibility=report(
-            "results/report_sections/reproducibility.html",
-            caption="../report/reproducibility.rst",
-            category="6. Reproducibility",
-            labels={"section": "reproducibility"},
-        ),
+        # one page per section of dnnroofline.report.SECTIONS, captioned by report/{name}.rst
+        **{
+            name: report(
+                f"results/report_sections/{section_file(name)}",
+                caption=f"../report/{name}.rst",
+                category=category,
+                labels={"section": name},
+            )
+            for name, category in REPORT_SECTIONS
+        },
     log:
         "results/logs/report_sections.log",
     benchmark:
@@ -58,13 +32,13 @@ rule report_sections:
         "../envs/report.yaml"
     params:
         script=entry_script("write_report_sections.py"),
-        outdir=output_dir("design"),
+        outdir=output_dir(SECTION_NAMES[0]),
     shell:
-        "python {params.script} --config {input.config} --metrics {input.metrics} "
-        "--points {input.points} --complexity {input.complexity} "
-        "--ceilings {input.ceilings} --env-info {input.env_info} "
-        "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
-        "--lock {input.lock} "
-        "--outdir {params.outdir} "
-        "> {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --config {input.config} --metrics {input.metrics} "
+            "--points {input.points} --complexity {input.complexity} "
+            "--ceilings {input.ceilings} --env-info {input.env_info} "
+            "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
+            "--lock {input.lock} "
+            "--outdir {params.outdir}"
+        )

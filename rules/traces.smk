@@ -4,21 +4,18 @@
 # on) and traces.steps / traces.top set it; the report links each trace.
 
 
-include: "traces_common.smk"
-
-
 rule trace:
     input:
         # ancient: a re-taken fingerprint never re-runs finished traces (as in train.smk)
         ancient("results/{menv}/env_info.json"),
     output:
-        trace="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.json",
-        table="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.json",
-        csv="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.csv",
+        trace=measured_path("traces", ".json"),
+        table=measured_path("traces", ".ops.json"),
+        csv=measured_path("traces", ".ops.csv"),
     log:
-        "results/{menv}/logs/traces/{menv}_{model}_{precision}_bs{batch}.log",
+        measured_path("logs/traces", ".log"),
     benchmark:
-        "results/{menv}/benchmarks/traces/{menv}_{model}_{precision}_bs{batch}.tsv"
+        measured_path("benchmarks/traces", ".tsv")
     wildcard_constraints:
         menv=alternation(single_process_envs()),
     conda:
@@ -28,20 +25,22 @@ rule trace:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
+        run_id=driver_run_id("trace"),
         script=entry_script("trace_step.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],
-        steps=traces_settings.get("steps", 3),
-        top=traces_settings.get("top", 15),
+        steps=config["traces"]["steps"],
+        top=config["traces"]["top"],
         declared_threads=env_threads,
         trace_file=trace_file,
     shell:
-        "python {params.script} {params.args} --warmup-iters {params.warmup} "
-        "--steps {params.steps} --top {params.top} --env {wildcards.menv} "
-        "--expect-threads {params.declared_threads} --env-info {input} "
-        "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_trace "
-        "--trace-out {params.trace_file} --table-out {output.table} --csv-out {output.csv} "
-        "> {log} 2>&1 || (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} {params.args} --warmup-iters {params.warmup} "
+            "--steps {params.steps} --top {params.top} --env {wildcards.menv} "
+            "--expect-threads {params.declared_threads} --env-info {input} "
+            "--run-id {params.run_id} "
+            "--trace-out {params.trace_file} --table-out {output.table} --csv-out {output.csv}"
+        )
 
 
 # A data-parallel env's trace: its ranks launched as the timed runs launch them, every
@@ -49,11 +48,9 @@ rule trace:
 # rank's with each rank's communication time (dnnroofline.measure.comm_trace).
 use rule trace as trace_data_parallel with:
     output:
-        trace=directory(
-            "results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ranks"
-        ),
-        table="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.json",
-        csv="results/{menv}/traces/{menv}_{model}_{precision}_bs{batch}.ops.csv",
+        trace=directory(measured_path("traces", ".ranks")),
+        table=measured_path("traces", ".ops.json"),
+        csv=measured_path("traces", ".ops.csv"),
     wildcard_constraints:
         menv=alternation(data_parallel_envs()),
 
@@ -80,6 +77,7 @@ rule trace_section:
     params:
         script=entry_script("write_trace_section.py"),
     shell:
-        "python {params.script} --tables {input.tables} --metrics {input.metrics} "
-        "--out {output} > {log} 2>&1 "
-        "|| (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} --tables {input.tables} --metrics {input.metrics} "
+            "--out {output}"
+        )

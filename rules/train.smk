@@ -11,9 +11,11 @@ rule train:
         # re-runs finished measurements; the driver checks its machine against it instead
         ancient("results/{menv}/env_info.json"),
     output:
-        "results/{menv}/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.json",
+        measured_path("runs", "_run{run}.json"),
     log:
-        "results/{menv}/logs/runs/{menv}_{model}_{precision}_bs{batch}_run{run}.log",
+        measured_path("logs/runs", "_run{run}.log"),
+    benchmark:
+        measured_path("benchmarks/runs", "_run{run}.tsv")
     conda:
         "../envs/train.yaml"
     threads: job_threads
@@ -21,14 +23,17 @@ rule train:
         **on_env_nodes(exclusive=True),
         measurement=1,
     params:
+        run_id=driver_run_id("run"),
         script=entry_script("run_train.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],
         iters=config["study"]["iters"],
         declared_threads=env_threads,
     shell:
-        "python {params.script} {params.args} --warmup-iters {params.warmup} "
-        "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "
-        "--env-info {input} "
-        "--run-id {wildcards.menv}_{wildcards.model}_{wildcards.precision}_bs{wildcards.batch}_run{wildcards.run} "
-        "--out {output} > {log} 2>&1 || (tail -n 5 {log} >&2; exit 1)"
+        logged(
+            "python {params.script} {params.args} --warmup-iters {params.warmup} "
+            "--iters {params.iters} --env {wildcards.menv} --expect-threads {params.declared_threads} "
+            "--env-info {input} "
+            "--run-id {params.run_id} "
+            "--out {output}"
+        )

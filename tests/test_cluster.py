@@ -1,4 +1,4 @@
-"""One study across a Slurm cluster (dnnroofline.study.cluster, rules/cluster.smk, profiles/slurm).
+"""One study across a Slurm cluster (dnnroofline.study.cluster, rules/common.smk, profiles/slurm).
 
 The first part checks the pure logic against sinfo text as real clusters print it. The
 second runs a real Slurm: scripts/local_slurm.sh starts a one-node cluster on localhost
@@ -387,7 +387,7 @@ def test_bad_slurm_input_is_refused_before_any_job(slurm, tmp_path):
 
 
 def test_the_one_machine_example_plans_on_the_local_slurm(slurm, tmp_path):
-    """README's try-it-on-one-machine lines: the default config plus the example."""
+    """docs/cluster.md's try-it-on-one-machine lines: the default config plus the example."""
     shutil.copytree(ROOT / "config", tmp_path / "config")
     example = str(ROOT / "config" / "examples" / "local_slurm.yaml")
     out = snakemake(tmp_path, "--workflow-profile", PROFILE, "--configfile", example, "-n").stdout

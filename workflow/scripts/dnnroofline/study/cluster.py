@@ -1,7 +1,7 @@
 """Where each env's jobs run on a Slurm cluster: the env's ``slurm`` block, checked
 against the partitions ``sinfo`` lists, turned into the Slurm executor plugin's resources.
 
-Pure logic: the workflow runs ``sinfo`` and passes its text in (rules/cluster.smk), with
+Pure logic: the workflow runs ``sinfo`` and passes its text in (rules/common.smk), with
 the sbatch options the executor plugin manages itself (its forbidden ``slurm_extra``).
 Every check here runs before any job is submitted.
 """

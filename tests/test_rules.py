@@ -1,0 +1,128 @@
+"""The rules as the Snakemake workflow catalog would have them, read from the files.
+
+Schema defaults stated only in the schema, one way to run an entry script with its log,
+the helpers in common.smk alone, no Snakemake internals, a benchmark: on every measuring
+job, and a config/README.md and .snakemake-workflow-catalog.yml that match the workflow.
+"""
+
+import re
+
+import yaml
+from snakemake.utils import validate
+from test_conda_envs import ROOT, rule_blocks
+
+RULE_FILES = sorted((ROOT / "rules").glob("*.smk"))
+SCHEMA = ROOT / "config" / "schema.yaml"
+
+
+def schema_keys(node: dict, path: str = "") -> dict[str, dict]:
+    """Every config key of the schema, dotted (an env's keys as envs.*.key)."""
+    keys = {}
+    for name, sub in (node.get("properties") or {}).items():
+        keys[path + name] = sub
+        keys |= schema_keys(sub, f"{path}{name}.")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        keys |= schema_keys(extra, f"{path}*.")
+    return keys
+
+
+def test_every_rule_runs_its_commands_through_the_one_log_helper():
+    for smk, rule, body in rule_blocks():
+        if "shell:" not in body:
+            assert "script:" in body, f"{smk}: rule {rule} runs neither shell: nor script:"
+            continue
+        shell = body.split("shell:", 1)[1]
+        assert shell.lstrip().startswith("logged("), f"{smk}: rule {rule}'s shell: not logged()"
+        assert "{log}" not in shell, f"{smk}: rule {rule} writes its own log plumbing"
+        # a param glued to the next word only works while the param ends with a space
+        glued = re.findall(r"\{params\.\w+\}[^\s\"]", shell)
+        assert not glued, f"{smk}: rule {rule}: {glued}"
+
+
+def test_every_measuring_job_has_a_benchmark():
+    measuring = {
+        rule for _, rule, body in rule_blocks() if "measurement=1" in body or rule == "env_info"
+    }
+    assert {"env_info", "ceilings", "train", "ncu_selftest", "ncu", "perf", "trace"} <= measuring
+    for smk, rule, body in rule_blocks():
+        if rule in measuring:
+            bench = re.search(r"benchmark:\s*\n\s*(.+)", body)
+            assert bench, f"{smk}: measuring rule {rule} has no benchmark:"
+            # a .tsv under a benchmarks/ folder of results/, where no rule globs for results
+            assert re.search(r"benchmarks.*\.tsv", bench.group(1)), bench.group(1)
+
+
+def test_schema_defaults_are_stated_in_the_schema_alone():
+    defaults = {key for key, sub in schema_keys(yaml.safe_load(SCHEMA.read_text())).items()
+                if "default" in sub}  # fmt: skip
+    texts = {p.name: p.read_text() for p in [*RULE_FILES, ROOT / "Snakefile"]}
+    for name, text in texts.items():
+        restated = re.findall(r'\.get\(\s*"(\w+)"\s*,', text)
+        assert not restated, f"{name} restates a default of {restated}"
+    # what the rules read directly, the schema fills in for a config that leaves it out
+    study = {"models": ["resnet18"], "precisions": ["fp32"], "batch_sizes": [2]}
+    config = {"envs": {"local": {"device": "cpu"}}, "study": study}
+    validate(config, str(SCHEMA), set_default=True)
+    read = set(re.findall(r'config\["(\w+)"\]\["(\w+)"\]', "".join(texts.values())))
+    assert {("perf", "executable"), ("ncu", "warmup_iters"), ("traces", "steps")} <= read
+    for section, key in read:
+        if f"{section}.{key}" in defaults:
+            assert key in config[section], f"{section}.{key} not filled in by the schema"
+
+
+def test_helpers_live_in_common_smk_and_the_rule_files_include_nothing():
+    for smk in RULE_FILES:
+        text = smk.read_text()
+        assert not re.search(r"^include:", text, re.M), f"{smk.name} includes another file"
+        if smk.name != "common.smk":
+            helpers = re.findall(r"^def (\w+)", text, re.M)
+            assert not helpers, f"{smk.name} defines helpers {helpers}: they go in common.smk"
+    snakefile = (ROOT / "Snakefile").read_text()
+    includes = re.findall(r'^include: "rules/(\w+\.smk)"', snakefile, re.M)
+    assert includes[0] == "common.smk"
+    assert sorted(includes) == sorted(p.name for p in RULE_FILES)
+
+
+def test_no_snakemake_internals_beyond_the_one_documented_use():
+    for path in [*RULE_FILES, ROOT / "Snakefile"]:
+        text = path.read_text()
+        for internal in ('"_cores"', "__context__"):
+            assert internal not in text, f"{path.name} uses {internal}"
+        private = re.findall(r"\.(?!__)_\w+", text)  # a private attribute: _x, not __name__
+        assert not private, f"{path.name} uses {private}"
+    common = (ROOT / "rules" / "common.smk").read_text()
+    assert common.count("workflow.dag.") == 1  # the jobs about to run: see envs_measured_now
+
+
+def test_the_rules_holding_env_threads_are_those_the_cores_check_knows():
+    common = (ROOT / "rules" / "common.smk").read_text()
+    known = set(re.findall(r'"(\w+)"', re.search(r"HOLD_ENV_THREADS = \{([^}]*)\}", common)[1]))
+    holding = {rule for _, rule, body in rule_blocks()
+               if re.search(r"threads: (env_threads|job_threads)", body)}  # fmt: skip
+    for smk in RULE_FILES:  # use rule X as Y inherits X's threads
+        for base, name in re.findall(r"^use rule (\w+) as (\w+)", smk.read_text(), re.M):
+            if base in holding:
+                holding.add(name)
+    assert known == holding
+
+
+def test_config_readme_describes_every_key_of_the_schema():
+    readme = (ROOT / "config" / "README.md").read_text()
+    for key, sub in schema_keys(yaml.safe_load(SCHEMA.read_text())).items():
+        if "properties" in sub or isinstance(sub.get("additionalProperties"), dict):
+            continue  # a group of keys: its keys have rows
+        if key.startswith(("envs.*.slurm.", "study.models.")):
+            continue  # named in their parent's row
+        assert f"`{key}`" in readme, f"config/README.md does not describe {key}"
+    for example in (ROOT / "config" / "examples").glob("*.yaml"):
+        assert example.name in readme, example.name
+
+
+def test_catalog_usage_file_matches_the_workflow():
+    usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert set(usage) <= {"mandatory-flags", "software-stack-deployment", "report"}
+    assert "--cores" in usage["mandatory-flags"]["flags"]
+    every_rule_has_conda = all("conda:" in body for _, _, body in rule_blocks())
+    assert usage["software-stack-deployment"]["conda"] is every_rule_has_conda is True
+    assert usage["report"] is ("report:" in (ROOT / "Snakefile").read_text())
