@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help study test lint setup setup-dev gpu-check gpu-wheels lock clean
+.PHONY: help study test lint setup setup-dev gpu-check gpu-tests gpu-wheels lock clean
 .DEFAULT_GOAL := help
 
 # The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
@@ -47,6 +47,14 @@ $(VENV)/.dev: requirements-dev.txt $(DEV_LOCK) $(VENV)/.runtime
 	$(BIN)/python -m pip install -q $(if $(WHEELS),$(PIP_SOURCE) -r requirements-dev.txt,--require-hashes -r $(DEV_LOCK))
 	touch $@
 
+# The package itself (workflow/scripts/dnnroofline), editable, from pyproject.toml, with
+# the lock's setuptools. With WHEELS the venv's setuptools may be too old to build an
+# editable wheel and there is no index: the same path file that install writes instead.
+# The stage scripts need neither: they find the package as their sibling folder.
+$(VENV)/.package: pyproject.toml $(VENV)/.runtime
+	$(if $(WHEELS),echo "$(CURDIR)/workflow/scripts" > "$$($(BIN)/python -c '$(PURELIB)')/dnnroofline.pth",$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .)
+	touch $@
+
 ## The default study on this machine, ending in results/report.html and the study at a
 ## glance on the terminal.
 study: setup
@@ -69,12 +77,23 @@ lint: setup-dev
 	ruff format --check .
 
 ## On an NVIDIA machine: counter self-test, ceilings, a small GPU study with ncu, the
-## report and a summary table (config/gpu_check.yaml). Without a GPU: one line, exit 0.
+## report and a summary table (config/gpu_check.yaml), then the CUDA tests (a skip fails
+## them there). Without a GPU: one line, exit 0.
 gpu-check:
 	@if python3 scripts/gpu_check.py detect; then \
 		$(MAKE) --no-print-directory setup WHEELS="$(WHEELS)" && \
-		python scripts/gpu_check.py run --cores $(CORES); \
+		python scripts/gpu_check.py run --cores $(CORES) && \
+		$(MAKE) --no-print-directory gpu-tests WHEELS="$(WHEELS)"; \
 	fi
+
+# The tests marked cuda, with REQUIRE_CUDA=1 (tests/require_cuda.py): on a GPU machine a
+# skipped CUDA test is a CPU-only torch or a missing driver, so it fails. With WHEELS only
+# where the wheels brought the test tools (make gpu-wheels brings requirements.txt's).
+gpu-tests:
+	@if [ -z "$(WHEELS)" ] || $(BIN)/python -c 'import pytest, xdist' 2>/dev/null; then \
+		$(MAKE) --no-print-directory setup-dev WHEELS="$(WHEELS)" && \
+		REQUIRE_CUDA=1 python -m pytest -q -n $(TEST_WORKERS) -m cuda; \
+	else echo "gpu-check: no pytest in this venv (WHEELS): the CUDA tests are not run"; fi
 
 ## For a GPU machine without a package index: the wheels that make gpu-check WHEELS=dir
 ## (or make setup WHEELS=dir) installs there, at the locked versions, for its Python
@@ -88,10 +107,10 @@ gpu-wheels:
 	$(PYTHON) scripts/gpu_check.py wheels --dest $(or $(WHEELS),wheels) --lock $(LOCK) \
 		--python-version $(GPU_PYTHON) --part $(PART) $(if $(INSTALLED),--installed $(INSTALLED),)
 
-## The venv with the study's packages (requirements.lock).
-setup: $(VENV)/.runtime
+## The venv with the study's packages (requirements.lock) and the package, editable.
+setup: $(VENV)/.runtime $(VENV)/.package
 ## The venv with the test tools too (requirements-dev.lock).
-setup-dev: $(VENV)/.dev
+setup-dev: $(VENV)/.dev $(VENV)/.package
 
 ## This list: each target and what it does.
 help:

@@ -22,18 +22,16 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
+import torch
+import torchvision
 
-import torch  # noqa: E402
-import torchvision  # noqa: E402
-
-from dnnroofline import train  # noqa: E402
-from dnnroofline.io import write_json_atomic  # noqa: E402
+from dnnroofline.io import write_json_atomic
+from dnnroofline.measure import run_record, train, train_config
+from dnnroofline.study.precisions import autocast_dtype
 
 
-def bare_setup(resolved: train.Resolved, shared: train.Setup | None = None):
+def bare_setup(resolved: train_config.Resolved, shared: train.Setup | None = None):
     """The hand-written loop. With ``shared``, it trains the driver's own model, optimizer
     and synthetic batch, so that only the loop code differs; else it builds its own."""
     cfg = resolved.cfg
@@ -48,7 +46,8 @@ def bare_setup(resolved: train.Resolved, shared: train.Setup | None = None):
         x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, device=device)
         y = torch.randint(0, cfg.num_classes, (cfg.batch_size,), device=device)
     crit = torch.nn.CrossEntropyLoss()
-    dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
+    autocast = autocast_dtype(cfg.precision)
+    dtype = getattr(torch, autocast) if autocast else None
     scaler = torch.amp.GradScaler(resolved.backend) if cfg.precision == "amp" else None
     sync = {"cuda": torch.cuda.synchronize, "mps": lambda: torch.mps.synchronize()}.get(
         resolved.backend, lambda: None
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="OUT", help="write the results here")
     args = p.parse_args(argv)
 
-    cfg = train.TrainConfig(
+    cfg = train_config.TrainConfig(
         arch=args.arch,
         batch_size=args.batch_size,
         image_size=args.image_size,
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         backend=args.backend,
         channels_last=args.channels_last,
     )
-    resolved = train.validate(cfg)
+    resolved = train_config.validate(cfg)
     setup = train.build(resolved)  # (a): the driver's setup and loop
     bare = bare_setup(resolved, None if args.separate_model else setup)  # (b)
     print(
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "precision": args.precision,
         "channels_last": args.channels_last,
         "device": resolved.device,
-        "device_name": train._device_info(resolved)["device_name"],
+        "device_name": run_record.device_info(resolved)["device_name"],
         "threads": resolved.threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "rounds": args.rounds,

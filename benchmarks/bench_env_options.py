@@ -35,10 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+from dnnroofline.report.env_compare import break_even_steps, warmup_overhead
 
-from dnnroofline.report.env_compare import break_even_steps, warmup_overhead  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu_busy(seconds: float = 2.0) -> float:
@@ -138,7 +137,7 @@ def compile_table(opts: argparse.Namespace) -> None:
 def paired_table(opts: argparse.Namespace) -> None:
     """Eager and compiled steps of one model in one process, block after block: the
     speedup as a ratio taken side by side (drift and other users hit both alike)."""
-    from dnnroofline.measure import train
+    from dnnroofline.measure import train, train_config
 
     print("| model | threads | eager step | compiled step | speedup (median of paired blocks; "
           "min–max) |")  # fmt: skip
@@ -146,7 +145,7 @@ def paired_table(opts: argparse.Namespace) -> None:
     for model, threads in [(m, t) for m in opts.models for t in opts.threads]:
         setups = {}
         for mode in (False, "default"):
-            cfg = train.TrainConfig(
+            cfg = train_config.TrainConfig(
                 arch=model,
                 batch_size=opts.batch_size,
                 image_size=opts.image_size,
@@ -154,7 +153,7 @@ def paired_table(opts: argparse.Namespace) -> None:
                 backend="cpu",
                 compile=mode,
             )
-            resolved = train.validate(cfg, environ={"OMP_NUM_THREADS": str(threads)})
+            resolved = train_config.validate(cfg, environ={"OMP_NUM_THREADS": str(threads)})
             setups[mode] = train.build(resolved)
             train.timed_loop(setups[mode], opts.warmup_iters, 1)  # compiles here
         medians: dict[Any, list[float]] = {False: [], "default": []}

@@ -3,6 +3,9 @@
     python benchmarks/bench_roofline_holds.py [--workdir /tmp/roofline-holds] \\
         [--image-size 128] [--iters 3] [--runs 1] [--skip-study]
 
+0. What the tests once bounded by wall time (tests hold no timing asserts): the quick
+   ceilings CLI as tests/test_ceilings.py runs it (1 thread; was < 10 s) and the machine
+   fingerprint, envinfo.collect_fingerprint (was < 3 s): the median of 3 each.
 1. The ceilings of this machine (full mode, OMP_NUM_THREADS = all cores): every GEMM
    and convolution candidate per precision, its GFLOP/s as a share of the derived
    peak, and which one set the roof.
@@ -20,8 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,9 +34,30 @@ import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "vgg16"]
+
+
+def fixed_costs(repeats: int = 3) -> str:
+    """Median wall seconds of the quick ceilings CLI (as the tests run it) and of the
+    machine fingerprint."""
+    from dnnroofline.measure.envinfo import collect_fingerprint
+
+    quick = [sys.executable, str(ROOT / "workflow" / "scripts" / "ceilings.py"), "--env"]
+    quick += ["local", "--device", "cpu", "--precisions", "fp32", "bf16", "tf32", "--quick"]
+    quick += ["--expect-threads", "1", "--out"]
+    walls: dict[str, list[float]] = {"quick ceilings CLI": [], "collect_fingerprint": []}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.monotonic()
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            subprocess.run([*quick, f"{tmp}/ceilings.json"], env=env, check=True)
+            walls["quick ceilings CLI"].append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        collect_fingerprint("local")
+        walls["collect_fingerprint"].append(time.monotonic() - t0)
+    rows = [f"| {name} | {statistics.median(w):.2f} |" for name, w in walls.items()]
+    return "\n".join(["| what | median wall s |", "|---|---|", *rows])
 
 
 def ceilings_table(c: dict) -> str:
@@ -102,14 +128,17 @@ def main() -> int:
     ap.add_argument("--skip-study", action="store_true")
     args = ap.parse_args()
 
-    from dnnroofline.measure.ceilings import build_ceilings, cpu_bf16_reason
+    from dnnroofline.measure.ceilings import build_ceilings
     from dnnroofline.study.config import detect_cpu_flags
+    from dnnroofline.study.precisions import supported
 
+    print(f"## Fixed costs (the tests' former timing asserts)\n\n{fixed_costs()}\n")
     threads = os.cpu_count() or 1
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    bf16 = cpu_bf16_reason(detect_cpu_flags() or []) is None
+    here = supported("cpu", cpu_flags=detect_cpu_flags() or [])
+    bf16 = "bf16" in here
     t0 = time.monotonic()
-    c = build_ceilings("bench", "cpu", ["fp32", "bf16"] if bf16 else ["fp32"])
+    c = build_ceilings("bench", "cpu", here)
     print(f"## Ceilings ({threads} threads, {time.monotonic() - t0:.0f} s)\n")
     print(ceilings_table(c))
     print()

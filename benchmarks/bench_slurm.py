@@ -31,16 +31,15 @@ from pathlib import Path
 
 import yaml
 
+from dnnroofline.study.cluster import SACCT_FORMAT, parse_sacct
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"
 SLURM = ["--workflow-profile", str(ROOT / "profiles" / "slurm")]
 FAST = ["--slurm-init-seconds-before-status-checks", "1"]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-from workflow_helpers import TINY  # noqa: E402
-
-from dnnroofline.study.cluster import SACCT_FORMAT, parse_sacct  # noqa: E402
+from workflow_helpers import TINY  # noqa: E402  (the tests' tiny study: tests/ is no package)
 
 # the tests' tiny study, with two CPU envs, one per partition of the one node
 CONFIG = dict(

@@ -27,13 +27,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
-
-from dnnroofline import train  # noqa: E402
-from dnnroofline.io import write_json_atomic  # noqa: E402
-from dnnroofline.measure import traces
+from dnnroofline.io import write_json_atomic
+from dnnroofline.measure import run_record, traces, train, train_config
 
 
 def traced_round(setup: train.Setup, warmup: int, steps: int, workdir: str) -> dict:
@@ -73,14 +69,14 @@ def traced_round(setup: train.Setup, warmup: int, steps: int, workdir: str) -> d
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    train.step_arguments(p)  # the step as run_train.py and the trace job take it
+    train_config.step_arguments(p)  # the step as run_train.py and the trace job take it
     p.add_argument("--steps", dest="iters", type=int, default=3, help="steps per round and side")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--json", metavar="OUT", help="write the results here")
     p.set_defaults(profile_step=False)
     args = p.parse_args(argv)
-    cfg = train.config_from_args(args)
-    resolved = train.validate(cfg)
+    cfg = train_config.config_from_args(args)
+    resolved = train_config.validate(cfg)
     setup = train.build(resolved)
     print(
         f"{args.arch} bs{args.batch_size} img{args.image_size} {args.precision} on "
@@ -114,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "image_size": args.image_size,
         "precision": args.precision,
         "device": resolved.device,
-        "device_name": train._device_info(resolved)["device_name"],
+        "device_name": run_record.device_info(resolved)["device_name"],
         "threads": resolved.threads,
         "rounds": args.rounds,
         "steps": args.iters,

@@ -37,7 +37,9 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)] + [
 ]
 
 
-def _package():
+def _package_before_setup():
+    """``wheels`` runs with the machine's python3, before any venv exists (make gpu-wheels),
+    so the installed package (make setup) is not there yet: import it from its folder."""
     sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 
@@ -71,7 +73,6 @@ def detect() -> int:
 
 
 def summary(env: str = ENV) -> int:
-    _package()
     from dnnroofline.report.gpu_summary import summary_markdown
 
     results = ROOT / "results"
@@ -138,7 +139,7 @@ def wheels(
     the torch stack (the machine's own), nor a package whose version on the machine
     (INSTALLED) meets every bound on it. Pure-Python sdists are built into wheels, so that
     pip installs them there without an index. DEST/requirements.txt says what to install."""
-    _package()
+    _package_before_setup()
     from dnnroofline import gpu_wheels, lockfile
     from dnnroofline.errors import InputError
 
@@ -228,7 +229,7 @@ def run(cores: str) -> int:
         print(
             f"gpu-check: this venv lacks {', '.join(missing)}, which the complexity, plots and "
             "report need: its wheels were made for measuring only (make gpu-wheels "
-            "PART=measure). Run `snakemake measure` here and analyse elsewhere (README: "
+            "PART=measure). Run `snakemake measure` here and analyse elsewhere (docs/gpu.md: "
             "Measure there, analyse here), or bring every wheel (make gpu-wheels PART=all).",
             file=sys.stderr,
         )

@@ -1,5 +1,7 @@
 """Shared fixtures: the tiny study, run once per test session for every test that needs it."""
 
+import ast
+import functools
 import os
 from pathlib import Path
 
@@ -17,7 +19,8 @@ def measurement_lock_per_worker(tmp_path_factory):
     os.environ[PATH_ENV] = str(tmp_path_factory.getbasetemp() / "measurement.lock")
 
 
-# The files whose tests use tiny_study: make test (pytest -n 2) keeps them on one worker.
+# The files with tests that use tiny_study: make test (pytest -n 2) runs those tests on one
+# worker (work_unit below); the files' other tests may go to the other.
 TINY_STUDY_FILES = {"test_workflow.py", "test_report_browser.py", "test_traces.py"}
 
 
@@ -31,26 +34,65 @@ def tiny_study(tmp_path_factory):
     return workdir
 
 
+# make test's slowest work units (pytest -n 2 --durations on a 2-core host), dealt out
+# first: longest first keeps both workers busy to the end, where a slow file dealt out last
+# ran alone while the other worker idled. The tiny study leads: its measurements run one at
+# a time, on one core, beside the rest. The other files follow in collection order.
+SLOWEST_FIRST = ["tiny_study", "test_faults.py", "test_workflow.py", "test_cluster.py",
+                 "test_h100_example.py", "test_run_train.py", "test_merge_gpu_results.py",
+                 "test_kernel_roofline.py", "test_ddp.py", "test_ddp_traces.py",
+                 "test_perf.py", "test_traces.py", "test_lock.py"]  # fmt: skip
+
+
+@functools.cache
+def tiny_study_tests() -> frozenset[tuple[str, str]]:
+    """(file, function) of each test in TINY_STUDY_FILES that takes tiny_study."""
+    found = set()
+    for name in TINY_STUDY_FILES:
+        for node in ast.parse((Path(__file__).parent / name).read_text()).body:
+            if isinstance(node, ast.FunctionDef) and "tiny_study" in [
+                a.arg for a in node.args.args
+            ]:
+                found.add((name, node.name))
+    return frozenset(found)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a worker runs whole: the test's file (its module fixtures run once), or
+    "tiny_study" for every test that takes that fixture (the session's study runs once),
+    apart from the other tests of their files, which can go to the other worker."""
+    path, _, test = nodeid.partition("::")
+    return "tiny_study" if (Path(path).name, test.split("[")[0]) in tiny_study_tests() else path
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "tiny_study" in item.fixturenames and item.path.name not in TINY_STUDY_FILES:
+        if "tiny_study" in item.fixturenames and work_unit(item.nodeid) != "tiny_study":
             raise pytest.UsageError(
-                f"{item.path.name} uses tiny_study: add it to TINY_STUDY_FILES in conftest.py"
+                f"{item.nodeid} uses tiny_study: take it as an argument of the test, in a "
+                "file of TINY_STUDY_FILES in conftest.py"
             )
+
+    def rank(item):
+        unit = Path(work_unit(item.nodeid)).name
+        return SLOWEST_FIRST.index(unit) if unit in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file keeps its order
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Send each test file to one worker as a unit (its module fixtures run once), and
-    the files of TINY_STUDY_FILES to the same one (the session's tiny study runs once)."""
+    """Deal out work_unit()s in the order of the collection (SLOWEST_FIRST), not by size."""
     from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
 
     class TinyStudyTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tiny_study" if Path(path).name in TINY_STUDY_FILES else path
+            return work_unit(nodeid)
 
     return TinyStudyTogether(config, log)
 
 
-# the report tests' inputs and sections fixtures
-pytest_plugins = ["report_fixtures"]
+# the report tests' inputs and sections fixtures; REQUIRE_CUDA=1 (make gpu-check) turns a
+# cuda test's skip into a failure; pytester runs that plugin in test_require_cuda.py
+pytest_plugins = ["report_fixtures", "require_cuda", "pytester"]

@@ -55,7 +55,8 @@ from workflow_helpers import (
     write_config,
 )
 
-from dnnroofline.aggregate.metrics import metrics_frame, roofline_points_frame
+from dnnroofline.aggregate.metrics import metrics_frame
+from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -494,7 +495,7 @@ def test_killed_pipeline_loses_nothing_and_resumes(tmp_path):
     kept = snapshot(finished + [tmp_path / "results/local/env_info.json"])
 
     # Resume. After SIGKILL Snakemake's lock stays behind: the plain command says to
-    # unlock (README, "When things go wrong"); then the plain command resumes.
+    # unlock (docs/running.md, "When things go wrong"); then the plain command resumes.
     resume = snakemake(tmp_path, "--cores", "2", TARGET, check=False)
     if resume.returncode != 0:
         assert "--unlock" in resume.stdout + resume.stderr

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from dnnroofline.measure.measurement_lock import HELD_ENV, PATH_ENV, lock_path
@@ -101,11 +100,10 @@ def test_a_killed_measurement_leaves_no_lock_behind(tmp_path):
     holder = start_holder(lock, 60)
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=30)
-    t0 = time.monotonic()
     after = subprocess.run(
         [sys.executable, "-c", HOLDER, "0"], env=lock_env(lock), capture_output=True, text=True
     )
-    assert "waiting" not in after.stderr and time.monotonic() - t0 < 20
+    assert "waiting" not in after.stderr  # a wait says so (no timing assert: a loaded machine)
     assert json.loads(lock.read_text())["what"] == "holder 0"  # who held it last
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import subprocess
@@ -34,12 +35,22 @@ F = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
 T = "sm__ops_path_tensor_"
 
 
+def fixture_checksums() -> dict[str, str]:
+    """``{file: sha256}`` of the real ncu fixtures as taken from their sources
+    (tests/data/ncu/fixtures.sha256, in `sha256sum` format)."""
+    lines = (DATA / "fixtures.sha256").read_text().splitlines()
+    return {name: digest for digest, name in (line.split(None, 1) for line in lines)}
+
+
 def test_fixture_copies_are_unchanged():
+    sums = fixture_checksums()
+    assert set(sums) == {NNPERF.name, GARDENIA.name, MEINIE.name, "README.md"}
+    for name, digest in sums.items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name
+    # where the shared originals sit next to this checkout, the sums are theirs
     shared = ROOT.parent / "shared" / "fixtures" / "ncu"
-    if not shared.is_dir():
-        pytest.skip("no shared fixtures next to this checkout")
-    for name in [NNPERF.name, GARDENIA.name, MEINIE.name, "README.md"]:
-        assert (DATA / name).read_bytes() == (shared / name).read_bytes(), name
+    for name, digest in sums.items() if shared.is_dir() else ():
+        assert hashlib.sha256((shared / name).read_bytes()).hexdigest() == digest, name
 
 
 # --------------------------------------------------------------------------- real fixtures

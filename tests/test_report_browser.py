@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from workflow_helpers import TINY
 
 from dnnroofline.plots.interactive import MAX_PAGE_BYTES
 
@@ -87,9 +88,25 @@ def page(browser):
 
 
 def plotted_points(results: Path, env: str | None = None) -> list[dict]:
+    """The points roofline_points.csv has (of ``env``): every one of the tiny study's
+    matrix, each with runs that succeeded, so each is drawn (never zero marks for zero
+    points)."""
     with open(results / "roofline_points.csv") as fh:
-        rows = [r for r in csv.DictReader(fh) if int(r["runs_ok"]) > 0]
-    return [r for r in rows if env is None or r["env"] == env]
+        rows = list(csv.DictReader(fh))
+    study = TINY["study"]
+    batches = [
+        len(
+            m.get("batch_sizes", study["batch_sizes"])
+            if isinstance(m, dict)
+            else study["batch_sizes"]
+        )
+        for m in study["models"]
+    ]
+    assert len(rows) == len(TINY["envs"]) * len(study["precisions"]) * sum(batches)
+    assert all(int(r["runs_ok"]) > 0 for r in rows), "a tiny-study point without ok runs"
+    rows = [r for r in rows if env is None or r["env"] == env]
+    assert rows, f"no points of env {env!r} in roofline_points.csv"
+    return rows
 
 
 def tooltip_fields(text: str) -> dict[str, str]:
@@ -197,7 +214,8 @@ def test_per_kernel_points_render_hover_and_hide(page, tmp_path):
     import pandas as pd
 
     from dnnroofline.ncu.parse import parse_ncu_csv
-    from dnnroofline.plots.interactive import kernel_frame, roofline_page
+    from dnnroofline.plots.interactive import roofline_page
+    from dnnroofline.plots.interactive_data import kernel_frame
 
     root = Path(__file__).resolve().parent
     ncu = parse_ncu_csv(

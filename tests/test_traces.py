@@ -167,6 +167,7 @@ def test_trace_job_refuses_bad_counts_and_writes_nothing(tmp_path, flag, expecte
     assert not any(p.exists() for p in out.values())
 
 
+@pytest.mark.cuda
 @cuda
 def test_cuda_trace_lists_top_kernels(tmp_path):
     proc, out = trace_cli(tmp_path, *TINY_CNN, "--batch-size", "8", "--image-size", "32")

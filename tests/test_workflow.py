@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import BIN, CIFAR, ROOT, TINY, job_counts, read_csv, snakemake, write_config
+from workflow_helpers import (
+    BIN,
+    CIFAR,
+    FAKE_CUDA,
+    ROOT,
+    TINY,
+    job_counts,
+    read_csv,
+    snakemake,
+    write_config,
+)
 
 from dnnroofline.model.roofline import HOST_BOUND_BELOW
 from dnnroofline.model.traffic import bound_of_range
@@ -171,9 +181,7 @@ def test_measure_needs_only_the_measuring_env_files():
               "measure_envs": ["gpu", "cpu"], "perf": {"enabled": True}}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         write_config(Path(tmp), config)
-        out = snakemake(
-            Path(tmp), "measure", "-n", "--quiet", "rules", env_extra={"DNNROOFLINE_FAKE_CUDA": "1"}
-        )
+        out = snakemake(Path(tmp), "measure", "-n", "--quiet", "rules", env_extra=FAKE_CUDA)
     rules = set(job_counts(out.stdout)) - {"measure", "total"}
     assert rules == {"env_info", "ceilings", "train", "trace", "ncu_selftest", "ncu", "perf"}
     conda = {
@@ -183,7 +191,7 @@ def test_measure_needs_only_the_measuring_env_files():
 
 
 def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
-    """The README's way to retry a run: --forcerun its JSON."""
+    """The way docs/running.md gives to retry a run: --forcerun its JSON."""
     one = {"envs": {"local": {"device": "auto", "threads": 1}},
            "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2]),
            "ceilings": {"quick": True}}  # fmt: skip
