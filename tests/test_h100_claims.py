@@ -186,7 +186,7 @@ def test_every_number_in_the_examples_readme_is_backed_by_a_file():
     assert unbacked == [], f"examples/h100/README.md prints numbers no file backs: {unbacked}"
 
 
-@pytest.mark.parametrize("path", ["README.md", "BENCHMARKS.md"])
+@pytest.mark.parametrize("path", ["README.md", "BENCHMARKS.md", "docs/gpu.md"])
 def test_the_self_test_copy_is_said_as_measured(path):
     """The self-test's copy reads 512 MiB and writes 512 MiB (ncu_selftest.COPY_BYTES)."""
     from dnnroofline.ncu.selftest import COPY_BYTES
