@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from dnnroofline.measure import gemm_sweep
+from dnnroofline.stats import summarize
 from dnnroofline.study.precisions import HALF_PRECISIONS, torch_dtype
 
 MiB = 1024**2
@@ -184,8 +185,6 @@ def bench_gemm(
     """
     import torch
 
-    from dnnroofline.stats import summarize
-
     m = n if m is None else int(m)
     k = n if k is None else int(k)
     dtype = _dtype(precision)
@@ -221,22 +220,8 @@ def bench_gemm(
         )
         if not torch.isfinite(out.float()).all():
             raise RuntimeError(f"GEMM {precision} {m}x{n}x{k} produced non-finite values")
-    flop = gemm_flop(m, n, k)
-    stats = summarize(times)
-    return {
-        "n": n,
-        "m": m,
-        "k": k,
-        "dtype": str(dtype).replace("torch.", ""),
-        "flop": flop,
-        "times_s": stats,
-        "flops_median": flop / stats["median"],
-        "flops_best": flop / stats["min"],
-        "reps": len(times),
-        "warmup": max(1, warmup),
-        "inner": inner,
-        "n_sets": n_sets,
-    }
+    timed = _timed_record(gemm_flop(m, n, k), times, dtype, warmup, inner)
+    return {"n": n, "m": m, "k": k, **timed, "n_sets": n_sets}
 
 
 def conv_flop(
@@ -276,8 +261,6 @@ def bench_conv(
     """
     import torch
     import torch.nn.functional as F
-
-    from dnnroofline.stats import summarize
 
     dtype = _dtype(precision)
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -320,11 +303,18 @@ def bench_conv(
         if not torch.isfinite(result["y"].float()).all():
             raise RuntimeError(f"conv2d {precision} produced non-finite values")
     flop = conv_flop(batch, c_in, c_out, hw, hw, kernel, kernel) * (3 if backward else 1)
-    stats = summarize(times)
     return {
         "shape": {"batch": batch, "c_in": c_in, "hw": hw, "c_out": c_out, "kernel": kernel},
         "backward": backward,
         "channels_last": channels_last,
+        **_timed_record(flop, times, dtype, warmup, inner),
+    }
+
+
+def _timed_record(flop: float, times: list[float], dtype, warmup: int, inner: int) -> dict:
+    """A microbenchmark's timing fields: its FLOPs at the median and at the best repeat."""
+    stats = summarize(times)
+    return {
         "dtype": str(dtype).replace("torch.", ""),
         "flop": flop,
         "times_s": stats,
