@@ -177,7 +177,8 @@ def gpu_captures(machine: Path, folder: Path) -> None:
                "--csv-out", out / f"{key}.csv", "--json-out", out / f"{key}.json",
                "--driver-run-out", out / "driver" / f"{key}.json",
                "--selftest", out / "selftest.json", "--precision", precision,
-               "--", sys.executable, SCRIPTS / "run_train.py", *RUN_FLAGS, env=env)  # fmt: skip
+               "--", sys.executable, SCRIPTS / "run_train.py", *RUN_FLAGS,
+               "--precision", precision, "--env", "h100", env=env)  # fmt: skip
 
 
 def make_h100_results(machine: Path) -> Path:

@@ -358,9 +358,15 @@ with open(log, "w") as fh:
         fh.write(open(table).read())
         fh.write("==PROF== Disconnected from process 4242\\n")
         status = {{"ok": "ok", "oom": "oom", "stepfail": "ok"}}[mode]
+        def flag(name):  # the driver's own flags name its run, as its real record does
+            return argv[argv.index(name) + 1] if name in argv else None
+        batch = flag("--batch-size")
+        config = {{"arch": flag("--arch"), "precision": flag("--precision"),
+                   "batch_size": int(batch) if batch else None}}
         with open(out, "w") as o:
             msg = None if status == "ok" else "CUDA out of memory"
-            json.dump({{"status": status, "message": msg}}, o)
+            json.dump({{"status": status, "message": msg, "env": flag("--env"),
+                       "config": config}}, o)
         sys.exit(0)
     if mode == "stepfail":
         fh.write("==ERROR== Range replay failed: unsupported API call in range.\\n")
@@ -848,7 +854,12 @@ def test_stage_keeps_the_driver_run_json(tmp_path, fake_ncu):
         mode="oom",
     )
     assert p.returncode == 0, p.stdout
-    assert json.loads(kept.read_text()) == {"status": "oom", "message": "CUDA out of memory"}
+    assert json.loads(kept.read_text()) == {
+        "status": "oom",
+        "message": "CUDA out of memory",
+        "env": None,  # DRIVER has no --env
+        "config": {"arch": "resnet50", "precision": "bf16", "batch_size": 32},
+    }
     # The driver still writes to a scratch file, not to the kept path itself.
     kernel_pass, *rest = calls(tmp_path)
     assert rest == []  # a failed driver: no step pass after the kernel pass
