@@ -1,6 +1,7 @@
 """A user's own model (study.models mapping entries): bad entries refused, the CIFAR ResNet run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,33 @@ def test_bad_model_kwargs_are_refused_by_each_script(script, text, message):
 
 def test_model_kwargs_arg_reads_a_json_object():
     assert model_kwargs_arg('{"width": 4}') == {"width": 4}
+
+
+def test_torchvision_classifiers_are_listed_once_per_install_then_read_back(tmp_path):
+    """Every snakemake command checks the config's models against torchvision's: listing
+    them imports torchvision (seconds), so the list is kept per install and read back."""
+    import torchvision.models
+
+    from dnnroofline.study.models import torchvision_classifiers
+
+    expected = sorted(torchvision.models.list_models(module=torchvision.models))
+    assert "resnet18" in expected
+    assert torchvision_classifiers(tmp_path) == expected
+    (kept,) = tmp_path.glob("torchvision_models_*.json")
+    # a new process reads the list back without importing torchvision
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from dnnroofline.study.models import torchvision_classifiers\n"
+        f"print(torchvision_classifiers(Path({str(tmp_path)!r})) == {expected!r}, "
+        "'torchvision' in sys.modules)\n"
+    )
+    scripts = {"PYTHONPATH": str(ROOT / "workflow" / "scripts")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **scripts}
+    )
+    assert out.stdout.split() == ["True", "False"], out.stderr
+    # a list kept for another install (torchvision reinstalled) is listed again
+    other = json.loads(kept.read_text())
+    kept.write_text(json.dumps({"install": other["install"] + "x", "models": ["not_a_model"]}))
+    assert torchvision_classifiers(tmp_path) == expected
+    assert json.loads(kept.read_text())["models"] == expected

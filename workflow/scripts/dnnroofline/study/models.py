@@ -11,7 +11,9 @@ where ``examples/`` lives), the working directory or ``PYTHONPATH``, called with
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -41,6 +43,48 @@ def model_kwargs_arg(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a JSON object")
     return value
+
+
+def model_names_cache_dir() -> Path:
+    """Where :func:`torchvision_classifiers` keeps its lists: the user's cache folder."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dnnroofline"
+
+
+def torchvision_classifiers(cache_dir: Path | None = None) -> list[str]:
+    """torchvision's classification model names (``list_models(module=torchvision.models)``).
+
+    Importing torchvision to list them costs seconds (it pulls in torch._dynamo), and every
+    snakemake command checks the config's models: the list is kept per torchvision install
+    (its path, size and mtime) in ``cache_dir`` and read back while that install stays."""
+    spec = importlib.util.find_spec("torchvision")  # finds it, imports nothing
+    if spec is None or spec.origin is None:
+        return _list_torchvision_classifiers()  # not installed: its ImportError says so
+    installed = Path(spec.origin).stat()
+    key = f"{spec.origin}:{installed.st_size}:{installed.st_mtime_ns}"
+    cache = (cache_dir or model_names_cache_dir()) / (
+        f"torchvision_models_{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    )
+    try:
+        kept = json.loads(cache.read_text())
+        if kept["install"] == key:
+            return list(kept["models"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none kept yet, or unreadable: list them again
+    names = _list_torchvision_classifiers()
+    try:  # written whole, then renamed: concurrent snakemake commands never read half
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"install": key, "models": names}))
+        partial.replace(cache)
+    except OSError:
+        pass  # a read-only home: list them again next time
+    return names
+
+
+def _list_torchvision_classifiers() -> list[str]:
+    import torchvision.models
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def refuse_kwargs_without_factory(arch: str, factory: str | None, kwargs: Mapping | None) -> None:
