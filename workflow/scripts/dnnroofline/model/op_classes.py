@@ -1,0 +1,76 @@
+"""The operator classes of the predictive model: one home for their names.
+
+The op inventory (:mod:`dnnroofline.model.op_inventory`) gives every operator of a
+training step one of :data:`OP_CLASSES`; the efficiency sweep
+(:mod:`dnnroofline.measure.efficiency`) measures one table per :func:`table_key`; the
+model (:mod:`dnnroofline.model.predict`) looks each op up in the table of its key.
+Pure names, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+#: Every class an operator of a training step can have.
+OP_CLASSES: tuple[str, ...] = (
+    "gemm",  # mm, addmm, bmm, linear
+    "conv",  # dense and grouped convolutions (kind "dense" or "grouped")
+    "conv_depthwise",  # groups == in channels == out channels / multiplier
+    "elementwise",  # activations, add, mul, their backward, dropout
+    "reduction",  # sum, mean, adaptive average pooling, log-softmax, the loss
+    "normalization",  # batch, layer and group norm, forward and backward
+    "pooling",  # max and average pooling with a window, forward and backward
+    "optimizer",  # SGD's per-parameter updates, GradScaler's unscale and checks
+    "copy",  # dtype casts, layout changes, clones, fills
+)
+
+#: Classes whose time is set by their FLOPs at their size (the rest by their bytes).
+COMPUTE_CLASSES: frozenset[str] = frozenset({"gemm", "conv", "conv_depthwise"})
+
+#: Phases of a training step, in step order.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+#: The table an op class falls back to where its own was not measured (an env whose
+#: sweep left a class out, or the tables derived from a ceilings file): the closest
+#: measured behaviour, said in the prediction's notes.
+FALLBACK_TABLE: dict[str, str] = {
+    "conv_bwd": "conv_fwd",
+    "conv_depthwise_fwd": "elementwise",
+    "conv_depthwise_bwd": "conv_depthwise_fwd",
+    "gemm": "conv_fwd",
+    "conv_fwd": "gemm",
+    "reduction": "elementwise",
+    "normalization": "elementwise",
+    "pooling": "elementwise",
+    "optimizer": "elementwise",
+    "copy": "elementwise",
+}
+
+
+def table_key(op: Mapping) -> str:
+    """The efficiency table an inventory op is timed by: convolutions by kind and by
+    direction (a backward convolution computes the input and the weight gradients),
+    every other class by its name."""
+    cls = op["class"]
+    if cls not in OP_CLASSES:
+        raise ValueError(f"op class {cls!r}: expected one of {', '.join(OP_CLASSES)}")
+    if cls in ("conv", "conv_depthwise"):
+        direction = "bwd" if op.get("phase") == "backward" else "fwd"
+        return f"{cls}_{direction}"
+    return cls
+
+
+#: Every table key the sweep can measure.
+TABLE_KEYS: tuple[str, ...] = (
+    "gemm",
+    "conv_fwd",
+    "conv_bwd",
+    "conv_depthwise_fwd",
+    "conv_depthwise_bwd",
+    "elementwise",
+    "reduction",
+    "normalization",
+    "pooling",
+    "optimizer",
+    "copy",
+)

@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""The op inventory of one training step: every operator, its class, FLOPs and bytes.
+
+    python workflow/scripts/op_inventory.py --arch resnet18 --precision bf16 \\
+        --batch-size 32 --image-size 224 [--num-classes 1000] --out ops.json
+
+Writes the ops JSON (docs/contracts.md): one training step (forward, loss, backward,
+SGD; GradScaler under amp) run on fake tensors and recorded at dispatch, so any batch
+costs the same; the method is in its ``method`` key and in
+``dnnroofline.model.op_inventory``. Nothing is downloaded (``weights=None``). A model
+that cannot train at this image size is a result, not a crash: the JSON then holds
+``status: "error"`` and the reason (no totals, no ops) and the exit status is 0, as for
+complexity.py. Exit status 2 on bad arguments (unknown model or precision, batch size
+below 1), with the reason on stderr and nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
+from dnnroofline.study.models import model_kwargs_arg
+from dnnroofline.study.precisions import PRECISIONS, require_known
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", required=True, help="torchvision classification model name")
+    ap.add_argument("--precision", required=True, help=f"one of {', '.join(PRECISIONS)}")
+    ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
+    ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
+    ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
+    ap.add_argument(
+        "--model-factory",
+        metavar="MODULE:CALLABLE",
+        help="build the model with this factory (--arch is then its name)",
+    )
+    ap.add_argument(
+        "--model-kwargs",
+        type=model_kwargs_arg,
+        default="{}",
+        help="JSON object passed to the factory",
+    )
+    ap.add_argument("--out", required=True, help="output JSON path (written atomically)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        require_known(args.precision, "--precision")  # before torch is imported: fast
+        from dnnroofline.model.complexity import ModelCannotRun
+        from dnnroofline.model.op_inventory import failed_inventory, op_inventory
+
+        try:
+            result = op_inventory(
+                args.arch,
+                precision=args.precision,
+                batch_size=args.batch_size,
+                image_size=args.image_size,
+                num_classes=args.num_classes,
+                factory=args.model_factory,
+                kwargs=args.model_kwargs,
+            )
+        except ModelCannotRun as exc:
+            result = failed_inventory(
+                args.arch,
+                args.precision,
+                args.batch_size,
+                args.image_size,
+                args.num_classes,
+                str(exc),
+            )
+    except InputError as exc:
+        print(f"op_inventory.py: error: {exc}", file=sys.stderr)
+        return 2
+    write_json_atomic(args.out, result)
+    if result["status"] != "ok":
+        print(
+            f"op_inventory.py: {args.arch} {args.precision} bs{args.batch_size} cannot train "
+            f"at {args.image_size} px, recorded as status error in {args.out}: "
+            f"{result['message']}",
+            file=sys.stderr,
+        )
+        return 0
+    totals = result["totals"]
+    print(
+        f"{args.arch} {args.precision} bs{args.batch_size} {args.image_size}px: "
+        f"{totals['ops']} ops, {totals['flops'] / 1e9:.3f} GFLOP, "
+        f"{(totals['bytes_read'] + totals['bytes_written']) / 1e9:.3f} GB moved -> {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
