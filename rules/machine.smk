@@ -57,3 +57,40 @@ rule ceilings:
             "--precisions {params.precisions} {params.quick} --perf {params.perf} "
             "--expect-threads {params.declared_threads} --out {output}",
         )
+
+
+rule efficiency:
+    input:
+        env_info=ancient("results/{menv}/env_info.json"),
+        ceilings="results/{menv}/ceilings.json",
+    output:
+        "results/{menv}/efficiency.json",
+    log:
+        "results/{menv}/logs/efficiency.log",
+    benchmark:
+        "results/{menv}/benchmarks/efficiency.tsv"
+    conda:
+        "../envs/machine.yaml"
+    threads: env_threads
+    resources:
+        **on_env_nodes(exclusive=True),
+        measurement=1,
+    params:
+        script=entry_script("efficiency.py"),
+        device=env_device,
+        precisions=env_precisions,
+        # the runs' memory format: the convolutions are timed in it
+        layout=env_layout_flag,
+        quick="--quick" if config["ceilings"]["quick"] else "",
+        declared_threads=env_threads,
+        check=entry_script("env_info.py"),
+        declared=env_declared_flags,
+    shell:
+        logged(
+            # first refuse a machine that is not the one env_info.json describes
+            "python {params.check} --env {wildcards.menv} {params.declared} "
+            "--verify {input.env_info}",
+            "python {params.script} --env {wildcards.menv} --device {params.device} "
+            "--precisions {params.precisions} --ceilings {input.ceilings} {params.layout} "
+            "{params.quick} --expect-threads {params.declared_threads} --out {output}",
+        )

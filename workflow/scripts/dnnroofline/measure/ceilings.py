@@ -319,11 +319,16 @@ def _ram_bytes() -> int | None:
         return None
 
 
-def contended_note(taken_cpus: float, logical_cpus: int | None) -> str:
-    """The ceilings' note when other processes (or the hypervisor) took CPUs meanwhile."""
+def contended_note(
+    taken_cpus: float,
+    logical_cpus: int | None,
+    stage: str = "ceilings",
+    effect: str = "measured roofs may be low, and points above them",
+) -> str:
+    """A measurement's note when other processes (or the hypervisor) took CPUs meanwhile:
+    ``stage`` names its rule, ``effect`` what the contention does to its numbers."""
     of = f" of its {logical_cpus} logical CPUs" if logical_cpus else ""
     return (
-        f"the machine was busy while the ceilings ran: other processes kept {taken_cpus:.2f}"
-        f"{of} busy on average: measured roofs may be low, and points above them; re-run "
-        "them alone (snakemake --forcerun ceilings)"
+        f"the machine was busy while the {stage} ran: other processes kept {taken_cpus:.2f}"
+        f"{of} busy on average: {effect}; re-run them alone (snakemake --forcerun {stage})"
     )

@@ -78,6 +78,11 @@ def torch_dtype(precision: str) -> str:
     return TORCH_DTYPE[COMPUTE_DTYPE[require_known(precision)]]
 
 
+def operand_bytes(precision: str) -> int:
+    """Bytes per element of the operands a precision's GEMMs and convolutions read."""
+    return 2 if require_known(precision) in HALF_PRECISIONS else 4
+
+
 def autocast_dtype(precision: str) -> str | None:
     """The torch dtype name a precision autocasts to (None: it does not autocast)."""
     return torch_dtype(precision) if precision in HALF_PRECISIONS else None

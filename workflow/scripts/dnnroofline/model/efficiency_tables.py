@@ -1,0 +1,435 @@
+"""Efficiency tables of one env: the share of its roof each op class attains, by size.
+
+An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.efficiency`) holds,
+per precision and per table key (:data:`dnnroofline.model.op_classes.TABLE_KEYS`), rows
+of microbenchmarked ops: their FLOPs, bytes, ideal time on the env's measured roofs
+(``ideal_s = max(flops / compute roof, bytes / memory roof)``) and the efficiency they
+attained (``ideal_s / device seconds``). The model looks an op up by its own ideal time:
+:meth:`Tables.efficiency` smooths each row by the median of it and its neighbours (a
+microbenchmark disturbed by another process must not set its size's efficiency alone),
+interpolates linearly in log ideal time between the rows, clamps beyond the smallest and
+largest row, and falls back along :data:`~dnnroofline.model.op_classes.FALLBACK_TABLE`
+where the op's own table is missing.
+
+Where an env has no sweep (the committed H100 example), :func:`tables_from_ceilings`
+derives coarser tables from its ``ceilings.json``: the GEMM and convolution candidates
+of each compute roof and the STREAM benchmarks of the memory roof, each at its best
+repeat (the statistic the roofs are taken at). :func:`scaled_for_gpu` carries an env's
+tables to another GPU of the datasheet by the ratio of their peaks.
+Pure: no torch, no files.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dnnroofline.errors import InputError
+from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS
+from dnnroofline.model.roofline import parse_roofs, select_roof
+from dnnroofline.study.precisions import PRECISIONS, operand_bytes, roof_names
+
+SCHEMA_VERSION = 1
+#: The ceilings' candidates record no bytes: they are derived from shapes, at the
+#: precision's operand_bytes. The STREAM arrays' element size per device (float64; MPS
+#: has none: float32), and each benchmark's FLOPs per element: a table row's ideal time
+#: needs both FLOPs and bytes.
+STREAM_ITEM_BYTES = {"mps": 4}
+STREAM_ARRAYS_AND_FLOPS = {"triad": (3, 2), "scale": (2, 1), "copy": (2, 0), "d2d_copy": (2, 0)}
+#: Which table each STREAM benchmark of a ceilings file stands in for.
+STREAM_TABLES = {
+    "triad": ("elementwise", "optimizer"),  # a = b + s*c is SGD's add_(alpha)
+    "scale": ("elementwise",),
+    "copy": ("copy",),
+    "d2d_copy": ("copy",),
+}
+
+
+# --------------------------------------------------------------------------- roofs
+
+
+def roofs_from_ceilings(
+    ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
+) -> tuple[dict, list[str]]:
+    """The roofs efficiencies are shares of: per precision the measured compute roof
+    (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
+
+    ``precisions``: those wanted (None: every precision with a compute roof). A wanted
+    precision without any compute roof, or a file without a memory roof, is refused.
+    """
+    roofs = parse_roofs(dict(ceilings), where)
+    notes: list[str] = []
+    if precisions is None:
+        precisions = [p for p in PRECISIONS if select_roof(roofs, "compute", p) is not None]
+    compute = {}
+    for p in precisions:
+        roof = select_roof(roofs, "compute", p)
+        if roof is None:
+            raise InputError(f"{where}: no compute roof for precision {p!r}")
+        if roof.source != "measured":
+            notes.append(f"{p}: no measured compute roof in {where}: shares of the datasheet's")
+        compute[p] = roof.value
+    memory = select_roof(roofs, "memory")
+    if memory is None:
+        raise InputError(f"{where}: no memory roof")
+    if memory.source != "measured":
+        notes.append(f"no measured memory roof in {where}: shares of the datasheet's")
+    return {"compute": compute, "memory": memory.value}, notes
+
+
+def ideal_seconds(flops: float, nbytes: float, roof_flops: float, roof_bw: float) -> float:
+    """An op's time at its roofs: the longer of its FLOPs and its bytes at full rate."""
+    return max(flops / roof_flops, nbytes / roof_bw)
+
+
+def table_row(
+    flops: float, nbytes: float, seconds: float, roof_flops: float, roof_bw: float, what: str
+) -> dict:
+    """One row of a table: an op's size, its time, its ideal time and their ratio."""
+    ideal = ideal_seconds(flops, nbytes, roof_flops, roof_bw)
+    return {
+        "flops": int(flops),
+        "bytes": int(nbytes),
+        "seconds": seconds,
+        "ideal_s": ideal,
+        "efficiency": ideal / seconds,
+        "what": what,
+    }
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def _positive(value: Any, at: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{at} must be a positive number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{at} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _points(rows: Sequence[Mapping]) -> tuple[tuple[float, float], ...]:
+    """(log ideal_s, efficiency) per distinct ideal time, sorted; rows of one ideal time
+    (ops of equal bytes) merged by their geometric mean."""
+    by_ideal: dict[float, list[float]] = {}
+    for r in rows:
+        by_ideal.setdefault(math.log(r["ideal_s"]), []).append(math.log(r["efficiency"]))
+    merged = [(x, sum(v) / len(v)) for x, v in sorted(by_ideal.items())]
+    return tuple((x, math.exp(y)) for x, y in _running_median(merged))
+
+
+def _running_median(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Each point's y replaced by the median of it and its neighbours (two at the ends):
+    one microbenchmark disturbed by another process, or an allocation's page faults,
+    must not set the efficiency of every op near its size on its own."""
+    if len(points) < 3:
+        return points
+    ys = [y for _, y in points]
+    return [(x, statistics.median(ys[max(0, i - 1) : i + 2])) for i, (x, _) in enumerate(points)]
+
+
+def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Linear interpolation of ``points`` ((x, y) sorted by x) at ``x``, clamped to the
+    end values outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class Tables:
+    """An env's efficiency tables, validated (:func:`load_tables`)."""
+
+    where: str
+    source: str
+    roofs: dict
+    dispatch: dict | None
+    rows: dict[str, dict[str, tuple[dict, ...]]]  # precision -> table key -> rows
+
+    def table_used(self, precision: str, key: str) -> str:
+        """The table an op of ``key`` is looked up in: its own, else the first measured
+        one along :data:`FALLBACK_TABLE`."""
+        by_key = self._precision(precision)
+        if key not in TABLE_KEYS:
+            raise InputError(f"{self.where}: unknown table key {key!r} ({', '.join(TABLE_KEYS)})")
+        tried = [key]
+        while not by_key.get(tried[-1]):
+            nxt = FALLBACK_TABLE.get(tried[-1])
+            if nxt is None or nxt in tried:
+                raise InputError(
+                    f"{self.where}: {precision} has no table for {key!r} nor for its "
+                    f"fallbacks ({' -> '.join(tried)}); it has {sorted(k for k in by_key)}"
+                )
+            tried.append(nxt)
+        return tried[-1]
+
+    def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]:
+        """The efficiency an op of table ``key`` attains at ``ideal_s`` (interpolated
+        over log ideal time, clamped at the table's ends), and the table it came from."""
+        used = self.table_used(precision, key)
+        x = math.log(_positive(ideal_s, f"ideal_s of a {key} op"))
+        return interpolate(_points(self._precision(precision)[used]), x), used
+
+    def _precision(self, precision: str) -> dict[str, tuple[dict, ...]]:
+        for name in roof_names(precision):
+            if name in self.rows:
+                return self.rows[name]
+        raise InputError(
+            f"{self.where}: no tables for precision {precision!r} (it has {sorted(self.rows)})"
+        )
+
+
+def _load_rows(rows: Any, at: str) -> tuple[dict, ...]:
+    if not isinstance(rows, list):
+        raise InputError(f"{at} must be a list of rows, got {type(rows).__name__}")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise InputError(f"{at}[{i}] must be an object, got {row!r}")
+        ideal = _positive(row.get("ideal_s"), f"{at}[{i}].ideal_s")
+        eff = _positive(row.get("efficiency"), f"{at}[{i}].efficiency")
+        out.append({**row, "ideal_s": ideal, "efficiency": eff})
+    return tuple(out)
+
+
+def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
+    """Validate an efficiency document; bad content is refused naming ``where`` and the key."""
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    roofs = doc.get("roofs")
+    if not isinstance(roofs, Mapping) or not isinstance(roofs.get("compute"), Mapping):
+        raise InputError(f"{where}: roofs must hold a compute object and a memory value")
+    compute = {p: _positive(v, f"{where}: roofs.compute.{p}") for p, v in roofs["compute"].items()}
+    memory = _positive(roofs.get("memory"), f"{where}: roofs.memory")
+    tables = doc.get("tables")
+    if not isinstance(tables, Mapping) or not tables:
+        raise InputError(f"{where}: tables must map each precision to its tables")
+    rows: dict[str, dict[str, tuple[dict, ...]]] = {}
+    for p, by_key in tables.items():
+        if p not in compute:
+            raise InputError(f"{where}: tables.{p} has no compute roof in roofs.compute")
+        if not isinstance(by_key, Mapping):
+            raise InputError(f"{where}: tables.{p} must map table keys to rows")
+        for key in by_key:
+            if key not in TABLE_KEYS:
+                raise InputError(
+                    f"{where}: tables.{p}.{key}: unknown table key ({', '.join(TABLE_KEYS)})"
+                )
+        rows[p] = {k: _load_rows(v, f"{where}: tables.{p}.{k}") for k, v in by_key.items()}
+    dispatch = doc.get("dispatch")
+    if dispatch is not None and not isinstance(dispatch, Mapping):
+        raise InputError(f"{where}: dispatch must be an object or null, got {dispatch!r}")
+    return Tables(
+        where=where,
+        source=str(doc.get("source", "?")),
+        roofs={"compute": compute, "memory": memory},
+        dispatch=None if dispatch is None else dict(dispatch),
+        rows=rows,
+    )
+
+
+def loo_log_residuals(tables: Tables) -> list[dict]:
+    """Leave-one-out errors of the tables: each row's efficiency predicted from the other
+    rows of its table (as :meth:`Tables.efficiency` would), as ``log(predicted /
+    measured)``; tables of fewer than 3 distinct sizes give none (nothing to interpolate)."""
+    out = []
+    for p, by_key in tables.rows.items():
+        for key, rows in by_key.items():
+            if len(_points(rows)) < 3:
+                continue
+            for i, row in enumerate(rows):
+                rest = [r for j, r in enumerate(rows) if j != i]
+                pred = interpolate(_points(rest), math.log(row["ideal_s"]))
+                out.append(
+                    {
+                        "precision": p,
+                        "key": key,
+                        "what": row.get("what"),
+                        "ideal_s": row["ideal_s"],
+                        "log_residual": math.log(pred / row["efficiency"]),
+                    }
+                )
+    return out
+
+
+# --------------------------------------------------------------------------- from ceilings
+
+
+def _candidate_bytes(cand: Mapping, item: int) -> int:
+    """Bytes a ceilings candidate moves at the least: its operands read, result written
+    (a convolution with backward also reads the output gradient, writes both gradients)."""
+    p = cand.get("params") or {}
+    if cand["kind"] == "gemm":
+        n = int(p["n"])
+        m, k = int(p.get("m", n)), int(p.get("k", n))
+        return item * (m * k + k * n + m * n)
+    hw, kernel = int(p["hw"]), int(p["kernel"])
+    x = int(p["batch"]) * int(p["c_in"]) * hw * hw
+    y = int(p["batch"]) * int(p["c_out"]) * hw * hw
+    w = int(p["c_out"]) * int(p["c_in"]) * kernel * kernel
+    fwd = x + w + y
+    return item * (fwd + (y + x + w + x + w if p.get("backward") else 0))
+
+
+def _candidate_what(cand: Mapping) -> str:
+    p = cand.get("params") or {}
+    if cand["kind"] == "gemm":
+        n = p["n"]
+        return f"gemm {p.get('m', n)}x{n}x{p.get('k', n)} (ceilings candidate)"
+    what = "fwd+bwd" if p.get("backward") else "fwd"
+    layout = " channels_last" if p.get("channels_last") else ""
+    return (
+        f"conv {p['kernel']}x{p['kernel']} n{p['batch']} c{p['c_in']}->{p['c_out']} "
+        f"{p['hw']}x{p['hw']} {what}{layout} (ceilings candidate)"
+    )
+
+
+def _best_seconds(entry: Mapping) -> float | None:
+    times = entry.get("times_s")
+    best = times.get("min") if isinstance(times, Mapping) else None
+    return float(best) if isinstance(best, (int, float)) and best > 0 else None
+
+
+def _compute_tables(ceilings: Mapping, p: str, roofs: dict) -> dict[str, list[dict]]:
+    """The GEMM and convolution candidates of precision ``p``'s measured roof as rows."""
+    tables: dict[str, list[dict]] = {}
+    for roof in ceilings["roofs"]:
+        if not (roof.get("kind") == "compute" and roof.get("source") == "measured"):
+            continue
+        if roof.get("precision") not in roof_names(p):
+            continue
+        for cand in roof.get("candidates") or []:
+            seconds = _best_seconds(cand)
+            if seconds is None or cand.get("kind") not in ("gemm", "conv"):
+                continue  # a candidate that failed or was unavailable
+            params = cand.get("params") or {}
+            key = "gemm" if cand["kind"] == "gemm" else "conv_fwd"
+            if params.get("backward"):
+                key = "conv_bwd"
+            row = table_row(
+                cand["flop"],
+                _candidate_bytes(cand, operand_bytes(p)),
+                seconds,
+                roofs["compute"][p],
+                roofs["memory"],
+                _candidate_what(cand),
+            )
+            tables.setdefault(key, []).append(row)
+    return tables
+
+
+def _memory_tables(ceilings: Mapping, roofs: dict, p: str) -> dict[str, list[dict]]:
+    """The STREAM benchmarks of the measured memory roofs as elementwise, optimizer and
+    copy rows."""
+    item = STREAM_ITEM_BYTES.get(str(ceilings.get("device")), 8)
+    tables: dict[str, list[dict]] = {}
+    for roof in ceilings["roofs"]:
+        bench = roof.get("benchmark")
+        seconds = _best_seconds(roof)
+        if roof.get("kind") != "memory" or roof.get("source") != "measured":
+            continue
+        if bench not in STREAM_TABLES or seconds is None or not roof.get("bytes_per_repeat"):
+            continue
+        nbytes = int(roof["bytes_per_repeat"])
+        arrays, flops_per_elem = STREAM_ARRAYS_AND_FLOPS[bench]
+        flops = flops_per_elem * nbytes // (arrays * item)
+        row = table_row(
+            flops, nbytes, seconds, roofs["compute"][p], roofs["memory"], f"STREAM {bench}"
+        )
+        for key in STREAM_TABLES[bench]:
+            tables.setdefault(key, []).append(dict(row))
+    return tables
+
+
+def tables_from_ceilings(ceilings: Mapping, where: str = "ceilings.json") -> dict:
+    """An efficiency document (source ``ceilings``) from a ceilings file alone: GEMM and
+    convolution candidates per precision and the STREAM benchmarks, each at its best
+    repeat. Other tables fall back (:data:`FALLBACK_TABLE`); no dispatch cost."""
+    roofs, notes = roofs_from_ceilings(ceilings, None, where)
+    tables = {}
+    for p in roofs["compute"]:
+        by_key = _compute_tables(ceilings, p, roofs)
+        for key, rows in _memory_tables(ceilings, roofs, p).items():
+            by_key.setdefault(key, []).extend(rows)
+        tables[p] = {k: sorted(v, key=lambda r: r["ideal_s"]) for k, v in by_key.items()}
+    method = (
+        f"derived from {where} (no sweep): the GEMM and convolution roof candidates and "
+        "the STREAM benchmarks at their best repeat, the statistic of the roofs (the roof's "
+        "own benchmark has efficiency 1); their sizes are large, so smaller ops take the "
+        "smallest row's efficiency (clamped)"
+    )
+    notes += [
+        "a convolution candidate with backward is timed forward and backward together: "
+        "its row stands for conv_bwd",
+        "no dispatch cost: a ceilings file does not measure it",
+    ]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "env": ceilings.get("env"),
+        "device": ceilings.get("device"),
+        "device_name": ceilings.get("device_name"),
+        "threads": ceilings.get("threads"),
+        "source": "ceilings",
+        "method": method,
+        "roofs": roofs,
+        "dispatch": None,
+        "tables": tables,
+        "wall_s": None,
+        "notes": notes,
+    }
+
+
+# --------------------------------------------------------------------------- other GPUs
+
+
+class PeaksRow(Protocol):
+    """What :func:`scaled_for_gpu` reads of a datasheet row (:class:`GpuPeaks`)."""
+
+    key: str
+    name: str
+    mem_bw: float
+
+    def flops(self, precision: str) -> float | None: ...
+
+
+def scaled_for_gpu(doc: Mapping, from_row: PeaksRow, to_row: PeaksRow) -> dict:
+    """``doc``'s tables carried to another GPU: each precision's compute roof scaled by
+    the ratio of the datasheet peaks (its column), the memory roof by the bandwidths';
+    efficiencies kept, each row's ideal time recomputed on the scaled roofs (its seconds
+    then implied, not measured). A precision either row has no peak for is dropped."""
+    out = copy.deepcopy(dict(doc))
+    memory = out["roofs"]["memory"] * to_row.mem_bw / from_row.mem_bw
+    compute, dropped = {}, []
+    for p, value in out["roofs"]["compute"].items():
+        have, want = from_row.flops(p), to_row.flops(p)
+        if not have or not want:
+            dropped.append(p)
+            continue
+        compute[p] = value * want / have
+    out["roofs"] = {"compute": compute, "memory": memory}
+    out["tables"] = {p: t for p, t in out["tables"].items() if p in compute}
+    for p, by_key in out["tables"].items():
+        for rows in by_key.values():
+            for row in rows:
+                row["ideal_s"] = ideal_seconds(row["flops"], row["bytes"], compute[p], memory)
+                row["seconds"] = row["ideal_s"] / row["efficiency"]
+    out["device_name"] = to_row.name
+    out["scaled_from"] = {"from": from_row.key, "to": to_row.key}
+    note = (
+        f"scaled from {from_row.name} to {to_row.name} by the datasheet peaks "
+        f"(memory x{to_row.mem_bw / from_row.mem_bw:.3g}): efficiencies kept as measured on "
+        "the first, rows' seconds implied by them; dispatch costs kept from the first host"
+    )
+    if dropped:
+        note += f"; dropped {', '.join(dropped)} (no datasheet peak on one of them)"
+    out["notes"] = [*out.get("notes", []), note]
+    return out

@@ -1,0 +1,77 @@
+"""Measure the efficiency tables of one env: results/{env}/efficiency.json.
+
+    python workflow/scripts/efficiency.py --env local --device auto --precisions fp32 bf16 \\
+        --ceilings results/local/ceilings.json --out results/local/efficiency.json \\
+        [--channels-last] [--quick] [--budget-s S] [--expect-threads N]
+
+Each op class's share of the env's measured roofs (read from its ceilings.json) as a
+function of its size, and the cost of dispatching one op
+(:mod:`dnnroofline.measure.efficiency`). Threads come from OMP_NUM_THREADS, as for the
+timed runs. Run it alone on the machine: it is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dnnroofline.errors import InputError
+from dnnroofline.io import write_json_atomic
+from dnnroofline.measure.efficiency import sweep_env
+from dnnroofline.measure.envinfo import DEVICES
+from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.study.precisions import PRECISIONS
+
+
+def read_ceilings(path: str) -> dict:
+    """The env's ceilings.json, or an InputError naming the file."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"--ceilings {path}: no such file (run the ceilings rule first)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--ceilings {path}: not JSON ({exc})") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--env", required=True, help="env name (the config's envs key)")
+    ap.add_argument("--device", default="auto", choices=DEVICES)
+    ap.add_argument("--precisions", nargs="+", default=["fp32"], choices=PRECISIONS)
+    ap.add_argument("--ceilings", required=True, help="the env's ceilings.json (its roofs)")
+    ap.add_argument("--channels-last", action="store_true", help="the env's runs' layout")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (tests)")
+    ap.add_argument(
+        "--budget-s", type=float, help="time guard of the sweep (default: 45 s CPU, 180 s CUDA)"
+    )
+    ap.add_argument("--expect-threads", type=int, help="the env's threads; others are refused")
+    ap.add_argument("--out", required=True, help="output JSON path")
+    args = ap.parse_args(argv)
+    try:
+        doc = sweep_env(
+            args.env,
+            args.device,
+            args.precisions,
+            read_ceilings(args.ceilings),
+            where=args.ceilings,
+            budget_s=args.budget_s,
+            quick=args.quick,
+            channels_last=args.channels_last,
+            expect_threads=args.expect_threads,
+        )
+    except InputError as exc:
+        print(f"efficiency: error: {exc}", file=sys.stderr)
+        return 1
+    write_json_atomic(args.out, doc)
+    for note in doc["notes"]:
+        print(f"efficiency: note: {note}", file=sys.stderr)
+    for s in doc["skipped"]:
+        print(f"efficiency: skipped {s['precision']}: {s['reason']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    with measurement_lock():
+        sys.exit(main())
