@@ -44,6 +44,7 @@ include: "rules/ncu.smk"
 include: "rules/perf.smk"
 include: "rules/traces.smk"
 include: "rules/aggregate.smk"
+include: "rules/model.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"
 

@@ -180,7 +180,8 @@ ENVS = list(config["envs"])
 wildcard_constraints:
     env=alternation(ENVS),
     menv=alternation(MEASURED),
-    model=alternation(STUDY.models),
+    # a model the predict: block alone names has an op inventory and a complexity file
+    model=alternation(STUDY.models + STUDY.what_if_models),
     precision=alternation(PRECISIONS),
     batch=r"\d+",
     run=r"\d+",
@@ -368,18 +369,61 @@ def all_targets():
         ["results/metrics.csv", "results/roofline_points.csv"]
         + plot_files()
         + [f"results/report_sections/{section_file(name)}" for name in SECTION_NAMES]
+        + efficiency_files()
+        + [
+            "results/predictions.csv",
+            "results/prediction_check.csv",
+            "results/plots/prediction_parity.svg",
+        ]
     )
+
+
+# ---- The model's inputs: microbenchmarks and op inventories, never a timed run
+
+
+def efficiency_files():
+    """The efficiency tables of every env: made here for the envs measured here, read
+    where a copied env has one (one without: its ceilings.json gives the tables)."""
+    files = [f"results/{env}/efficiency.json" for env in MEASURED]
+    for env in copied_envs():
+        path = f"results/{env}/efficiency.json"
+        if os.path.exists(path):
+            files.append(path)
+    return files
+
+
+def predicted_points():
+    """(model, precision, batch) of every point predicted: the study's and the what-ifs'."""
+    points = {(c.model, c.precision, c.batch) for c in STUDY.configs()}
+    points |= {(w.model, w.precision, w.batch) for w in STUDY.what_ifs}
+    return sorted(points)
+
+
+def inventory_files():
+    """The op inventory of every point predicted (env-independent, like complexity)."""
+    return [
+        f"results/complexity/{model}_{precision}_bs{batch}_ops.json"
+        for model, precision, batch in predicted_points()
+    ]
+
+
+def predicted_complexity_files():
+    """The complexity JSON of every point predicted (what-ifs included)."""
+    keys = {(model, batch) for model, _, batch in predicted_points()}
+    return [complexity_path(m, b) for m, b in sorted(keys)]
 
 
 def measure_targets():
     """Every measurement of the envs measured here, and nothing made from them: the
-    fingerprint, roofs, timed runs, traces, the ncu self-test and captures, perf counts.
+    fingerprint, roofs, efficiency tables, timed runs, traces, the ncu self-test and
+    captures, perf counts.
     """
     files = [
         f"results/{env}/{name}.json"
         for env in MEASURED
         for name in ("env_info", "ceilings")
     ]
+    files += [f"results/{env}/efficiency.json" for env in MEASURED]
     files += [run_path(r) for r in STUDY.runs(MEASURED)]
     files += [f"results/{env}/ncu/selftest.json" for env in STUDY.cuda_envs_measured()]
     files += [
@@ -566,7 +610,15 @@ def job_threads(wildcards):
 
 
 # The rules whose jobs hold their env's threads (threads: env_threads or job_threads).
-HOLD_ENV_THREADS = {"ceilings", "train", "ncu", "perf", "trace", "trace_data_parallel"}
+HOLD_ENV_THREADS = {
+    "ceilings",
+    "efficiency",
+    "train",
+    "ncu",
+    "perf",
+    "trace",
+    "trace_data_parallel",
+}
 
 
 def envs_measured_now():
@@ -606,6 +658,11 @@ def env_precisions(wildcards):
 
 def env_declared_flags(wildcards):
     return declared_machine_flags(wildcards.menv)
+
+
+def env_layout_flag(wildcards):
+    """The efficiency sweep's layout flag: the memory format the env's runs use."""
+    return "--channels-last" if STUDY.channels_last(wildcards.menv) else ""
 
 
 def model_flags(wildcards):

@@ -13,6 +13,10 @@ rule report_sections:
         runs=run_files(),
         benchmarks=benchmark_files(),
         lock=os.path.join(workflow.basedir, "requirements.lock"),
+        # the model's page: its predictions, their check and the parity plot
+        predictions="results/predictions.csv",
+        prediction_check="results/prediction_check.csv",
+        parity="results/plots/prediction_parity.svg",
     output:
         # one page per section of dnnroofline.report.SECTIONS, captioned by report/{name}.rst
         **{
@@ -39,6 +43,7 @@ rule report_sections:
             "--points {input.points} --complexity {input.complexity} "
             "--ceilings {input.ceilings} --env-info {input.env_info} "
             "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
-            "--lock {input.lock} "
+            "--lock {input.lock} --predictions {input.predictions} "
+            "--prediction-check {input.prediction_check} --parity {input.parity} "
             "--outdir {params.outdir}"
         )

@@ -22,6 +22,7 @@ DOC_PAGES = [
     "docs/study.md",
     "docs/running.md",
     "docs/report.md",
+    "docs/model.md",
     "docs/development.md",
     "docs/contracts.md",
 ]

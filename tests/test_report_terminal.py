@@ -39,7 +39,8 @@ def test_summary_says_what_noisy_means_and_counts_failed_runs():
 def test_cli_reads_the_ledgers_and_names_a_missing_one(tmp_path):
     make_metrics().to_csv(tmp_path / "metrics.csv", index=False)
     make_points().to_csv(tmp_path / "points.csv", index=False)
-    args = [sys.executable, str(SCRIPT), "--metrics", str(tmp_path / "metrics.csv")]
+    args = [sys.executable, str(SCRIPT), "--metrics", str(tmp_path / "metrics.csv"),
+            "--results", str(tmp_path)]  # fmt: skip
     ok = subprocess.run([*args, "--points", str(tmp_path / "points.csv")],
                         capture_output=True, text=True)  # fmt: skip
     assert ok.returncode == 0, ok.stderr

@@ -152,10 +152,11 @@ def test_measure_only_measures_and_another_machine_analyses_the_copy(tmp_path):
     assert counts == {
         "env_info": 1,
         "ceilings": 1,
+        "efficiency": 1,  # the model's tables are a measurement of the machine too
         "train": 1,
         "trace": 1,
         "measure": 1,
-        "total": 5,
+        "total": 6,
     }
     made = sorted(str(p.relative_to(there / "results")) for p in (there / "results").iterdir())
     assert made == ["box"]  # no complexity, metrics, plots or report sections
@@ -183,7 +184,9 @@ def test_measure_needs_only_the_measuring_env_files():
         write_config(Path(tmp), config)
         out = snakemake(Path(tmp), "measure", "-n", "--quiet", "rules", env_extra=FAKE_CUDA)
     rules = set(job_counts(out.stdout)) - {"measure", "total"}
-    assert rules == {"env_info", "ceilings", "train", "trace", "ncu_selftest", "ncu", "perf"}
+    assert rules == {
+        "env_info", "ceilings", "efficiency", "train", "trace", "ncu_selftest", "ncu", "perf"
+    }  # fmt: skip
     conda = {
         name: re.search(r'conda:\s*\n\s*"\.\./([^"]+)"', body) for _, name, body in rule_blocks()
     }
@@ -238,6 +241,16 @@ def test_tiny_study_end_to_end(tiny_study):
     assert len(report) > 100_000
     for section in ("design", "complexity", "measurement", "roofline", "analysis", "traces"):
         assert f"{section}.html" in report
+    # the model (issue 28): every point predicted from microbenchmarks, then checked
+    assert (results / "local" / "efficiency.json").is_file()
+    predicted = [p for p in read_csv(results / "predictions.csv") if p["kind"] == "measured"]
+    assert len(predicted) == 4 * 2
+    assert all(float(p["predicted_images_per_s"]) > 0 for p in predicted)
+    checked = [r for r in read_csv(results / "prediction_check.csv") if r["method"] == "model"]
+    assert len(checked) == 4 * 2 and all(r["error_pct"] for r in checked)
+    assert (results / "plots" / "prediction_parity.svg").stat().st_size > 1000
+    assert "model.html" in report
+    assert "Predicted, not measured." in (results / "report_sections" / "model.html").read_text()
     # what the study itself cost: the benchmark: files of the jobs, then the timed runs
     assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 4 * 2
     assert (results / "local" / "benchmarks" / "ceilings.tsv").is_file()

@@ -1,12 +1,13 @@
 """Print the study at a glance: one line per roofline point, as `make study` ends.
 
     python workflow/scripts/summarize_study.py [--metrics results/metrics.csv] \\
-        [--points results/roofline_points.csv]
+        [--points results/roofline_points.csv] [--results results]
 
 The rows of the report's "At a glance" table: images/s, GFLOP/s, AI and its source,
 bound (``host (busy N%)`` where the device idles much of the step, with its kernel-busy
-share), share of the roof and what would move the point. Exit 2 when a table cannot
-be read.
+share), share of the roof and what would move the point. Then, where the study has
+its ``prediction_check.csv`` (in ``--results``), the model's error per point and each
+method's MAPE. Exit 2 when a table cannot be read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--metrics", default="results/metrics.csv")
     ap.add_argument("--points", default="results/roofline_points.csv")
-    ap.add_argument("--results", default="results", help="where each env's ceilings.json is")
+    ap.add_argument(
+        "--results", default="results", help="where each env's ceilings.json and the check are"
+    )
     args = ap.parse_args(argv)
     try:
         metrics = pd.read_csv(args.metrics, dtype=METRICS_DTYPES)
@@ -41,7 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.results) / env / "ceilings.json"
         with contextlib.suppress(OSError, ValueError):  # the table stands without it
             ceilings[env] = json.loads(path.read_text())
-    print(study_summary(metrics, points, ceilings))
+    check = None
+    check_path = Path(args.results) / "prediction_check.csv"
+    if check_path.exists():  # a study made before the model has none
+        try:
+            check = pd.read_csv(check_path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            print(f"summarize_study: error: {check_path}: {exc}", file=sys.stderr)
+            return 2
+    print(study_summary(metrics, points, ceilings, check))
     return 0
 
 

@@ -6,6 +6,9 @@
         --complexity results/complexity/*.json --ceilings results/*/ceilings.json \\
         --env-info results/*/env_info.json [--expected-runs runs.json] \\
         [--runs results/*/runs/*.json] [--lock requirements.lock] \\
+        [--predictions results/predictions.csv] \\
+        [--prediction-check results/prediction_check.csv] \\
+        [--parity results/plots/prediction_parity.svg] \\
         --outdir results/report_sections
 
 Writes one page per report section (``dnnroofline.report.SECTIONS``, e.g. design.html)
@@ -16,7 +19,9 @@ objects with ``env``, ``model``, ``precision``, ``batch_size`` and ``run``; with
 the runs in the ledger are the runs expected. ``--runs`` (the run JSONs) adds the
 per-step time distribution of every run to the measurement section. ``--lock``
 (the hashed lock file) makes the reproducibility section compare each env's
-installed package versions (env_info.json ``packages``) with it.
+installed package versions (env_info.json ``packages``) with it. ``--predictions``,
+``--prediction-check`` and ``--parity`` (the model's files) fill the model section;
+without them it says there is nothing to show yet.
 """
 
 from __future__ import annotations
@@ -74,6 +79,13 @@ def _load_csv(path: str, what: str) -> pd.DataFrame:
         raise InputError(f"{what}: {path} is not a valid CSV: {exc}") from exc
 
 
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path}: {exc}") from exc
+
+
 def _by_env(paths: list[str], what: str) -> dict[str, dict]:
     """``{env: JSON}``; the env is the JSON's ``env`` key, else the parent folder name."""
     out: dict[str, dict] = {}
@@ -100,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         "--benchmarks", nargs="*", default=[], help="Snakemake benchmark TSVs (optional)"
     )
     ap.add_argument("--lock", help="requirements.lock: compare installed versions with it")
-    ap.add_argument("--outdir", required=True, help="folder for the six HTML files")
+    ap.add_argument("--predictions", help="results/predictions.csv (the model section)")
+    ap.add_argument("--prediction-check", help="results/prediction_check.csv")
+    ap.add_argument("--parity", help="results/plots/prediction_parity.svg")
+    ap.add_argument("--outdir", required=True, help="folder for the section pages")
     args = ap.parse_args(argv)
 
     try:
@@ -112,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         env_infos = _by_env(args.env_info, "--env-info")
         runs = [_load_json(p, "--runs") for p in args.runs]
         benchmarks = [read_benchmark(p) for p in args.benchmarks]
+        predictions = _load_csv(args.predictions, "--predictions") if args.predictions else None
+        check = (
+            _load_csv(args.prediction_check, "--prediction-check")
+            if args.prediction_check
+            else None
+        )
+        parity = _read_text(args.parity, "--parity") if args.parity else None
         lock = None
         if args.lock:
             try:
@@ -142,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         runs=[r for r in runs if isinstance(r, dict)],
         benchmarks=benchmarks,
         lock=lock,
+        predictions=predictions,
+        prediction_check=check,
+        parity_svg=parity,
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

@@ -18,6 +18,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("roofline", "4. Roofline"),
     ("analysis", "5. Analysis"),
     ("reproducibility", "6. Reproducibility"),
+    ("model", "7. Model"),
 )
 SECTION_NAMES = tuple(name for name, _ in SECTIONS)
 

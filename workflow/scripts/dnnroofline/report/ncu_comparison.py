@@ -11,7 +11,6 @@ and HTML out (``write_ncu_comparison.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 
@@ -19,6 +18,7 @@ from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.formatting import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time, sig
 from dnnroofline.model import busy_share, traffic
 from dnnroofline.ncu.above_roof import summary_line
+from dnnroofline.ncu.kernel_classes import totals_by_kernel_class
 from dnnroofline.ncu.kernels import (
     dig,
     finite_number,
@@ -35,21 +35,6 @@ RATIO_RANGE = (0.5, 2.0)
 #: |ratio - 1| up to this is "agrees".
 AGREE_TOL = 0.10
 PAGE_TITLE = "Nsight Compute vs the analytic model"
-#: Kernel classes by name, first match wins. Winograd's batched GEMM has a plain GEMM's
-#: name: :func:`bytes_by_kernel_class` places it by its neighbours.
-KERNEL_CLASSES = (
-    ("layout transform", re.compile(r"nhwcToNchw|nchwToNhwc|AddPadding")),
-    ("FFT/Winograd convolution", re.compile(r"fft2d_|flip_filter|winograd|gemm_cf32|cgemm")),
-    (
-        "convolution/GEMM",
-        re.compile(r"xmma|nvjet|cutlass|gemm|implicit|dgrad|wgrad|convolve|scalePackedTensor"),
-    ),
-    ("batch norm", re.compile(r"batch_?norm", re.IGNORECASE)),
-    ("pooling", re.compile(r"pool")),
-    ("optimizer", re.compile(r"multi_tensor_apply")),
-    ("fill", re.compile(r"FillFunctor")),
-)
-OTHER_CLASS = "elementwise and other"
 #: Classes whose traffic the per-op model does not have (the backend picks them at run time).
 UNMODELLED_CLASSES = ("layout transform", "FFT/Winograd convolution")
 
@@ -73,32 +58,13 @@ def analytic_bytes(complexity: Mapping, precision: str) -> float | None:
     return v if v is not None else positive_number(complexity.get("min_dram_bytes_per_step"))
 
 
-def kernel_class(name: str) -> str:
-    """The class of a kernel, from its name (:data:`KERNEL_CLASSES`)."""
-    for cls, pattern in KERNEL_CLASSES:
-        if pattern.search(name):
-            return cls
-    return OTHER_CLASS
-
-
 def bytes_by_kernel_class(doc: Mapping) -> dict[str, tuple[int, float]]:
     """``{class: (kernels, DRAM bytes)}`` over a parsed capture's kernels (the kernel
-    pass's bytes; kernels without DRAM bytes count as kernels only). A GEMM launched
-    between Winograd's data/delta transforms and its output transform is Winograd's."""
-    out: dict[str, tuple[int, float]] = {}
-    in_winograd = False
-    for k in doc.get("kernels") or []:
-        name = str(k.get("name") or "")
-        cls = kernel_class(name)
-        if "winogradWgradOutput" in name:
-            in_winograd = False
-        elif "winograd" in name:
-            in_winograd = True
-        elif in_winograd and cls == "convolution/GEMM":
-            cls = "FFT/Winograd convolution"
-        n, b = out.get(cls, (0, 0.0))
-        out[cls] = (n + 1, b + (finite_number(dig(k, "bytes", "dram")) or 0.0))
-    return out
+    pass's bytes; kernels without DRAM bytes count as kernels only), classed by
+    :func:`dnnroofline.ncu.kernel_classes.kernel_classes`."""
+    return {
+        cls: (int(t["kernels"]), t["dram_bytes"]) for cls, t in totals_by_kernel_class(doc).items()
+    }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -19,6 +19,9 @@ Inputs (see docs/contracts.md):
   distribution of the measurement section. Without them it uses metrics.csv.
 - ``benchmarks``: optional Snakemake benchmark records (``study_cost.read_benchmark``):
   what the study itself cost, in the reproducibility section.
+- ``predictions`` and ``prediction_check``: optional, ``results/predictions.csv`` and
+  ``results/prediction_check.csv`` as DataFrames, and ``parity_svg``, the parity plot's
+  SVG text: the model section (docs/model.md).
 
 ``config["report"]["baseline_env"]`` names the env that speedups are computed
 against; by default the first configured env with successful runs.
@@ -38,6 +41,7 @@ from dnnroofline.report.analysis import analysis_section
 from dnnroofline.report.complexity import complexity_section
 from dnnroofline.report.design import design_section
 from dnnroofline.report.measurement import measurement_section
+from dnnroofline.report.model import model_section
 from dnnroofline.report.reproducibility import reproducibility_section
 from dnnroofline.report.roofline import roofline_section
 
@@ -78,6 +82,7 @@ BUILDERS: dict[str, Callable[[dict], str]] = {
         i["benchmarks"],
         i["lock"],
     ),
+    "model": lambda i: model_section(i["predictions"], i["prediction_check"], i["parity_svg"]),
 }
 
 
@@ -93,10 +98,14 @@ def all_sections(
     runs: Sequence[Mapping] | None = None,
     benchmarks: Sequence[Mapping] | None = None,
     lock: Mapping[str, str] | None = None,
+    predictions: pd.DataFrame | None = None,
+    prediction_check: pd.DataFrame | None = None,
+    parity_svg: str | None = None,
 ) -> dict[str, str]:
     """``{filename: html}`` for the report sections (``runs``: run JSONs, optional;
     ``benchmarks``: Snakemake benchmark records, optional; ``lock``: requirements.lock's
-    pins, optional)."""
+    pins, optional; ``predictions``, ``prediction_check`` and ``parity_svg``: the model's
+    files, optional)."""
     inputs = {
         "config": config,
         "metrics": metrics,
@@ -109,5 +118,8 @@ def all_sections(
         "runs": runs,
         "benchmarks": benchmarks,
         "lock": lock,
+        "predictions": predictions,
+        "prediction_check": prediction_check,
+        "parity_svg": parity_svg,
     }
     return {section_file(name): BUILDERS[name](inputs) for name in SECTION_NAMES}

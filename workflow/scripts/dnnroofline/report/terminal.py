@@ -13,6 +13,7 @@ import pandas as pd
 
 from dnnroofline.formatting import fmt_pct, isnum, sig
 from dnnroofline.measure import contention
+from dnnroofline.model.predict import check_summary
 from dnnroofline.report import compare, data
 
 NOISY = " (noisy)"
@@ -62,7 +63,7 @@ def glance_rows(metrics: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Left-aligned columns, two spaces apart; numbers right-aligned."""
-    numeric = {"batch", "images/s", "GFLOP/s", "of roof"}
+    numeric = {"batch", "images/s", "GFLOP/s", "of roof", "predicted", "measured", "error"}
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     lines = []
     for row in (header, *rows):
@@ -75,10 +76,14 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def study_summary(
-    metrics: pd.DataFrame, points: pd.DataFrame, ceilings: Mapping[str, Mapping] | None = None
+    metrics: pd.DataFrame,
+    points: pd.DataFrame,
+    ceilings: Mapping[str, Mapping] | None = None,
+    check: pd.DataFrame | None = None,
 ) -> str:
     """The at-a-glance table, then lines on a busy machine (``ceilings``: each env's
-    ceilings.json) and on the runs that failed."""
+    ceilings.json), on the runs that failed, and the model's error per point (``check``:
+    results/prediction_check.csv, where the study has one)."""
     rows = glance_rows(metrics, points)
     m = data.prepare_metrics(metrics)
     failed = data.failed_runs(m)
@@ -93,7 +98,39 @@ def study_summary(
         f"{len(m)} timed runs: {len(m) - len(failed)} ok, {len(failed)} failed"
         + (" (the report's Failed runs table says why)" if len(failed) else "")
     )
+    lines += model_error_lines(check)
     return "\n".join(lines)
+
+
+def model_error_lines(check: pd.DataFrame | None) -> list[str]:
+    """The model's error per measured point (results/prediction_check.csv), then each
+    method's MAPE over the points: the check, every time the study is summarized."""
+    if check is None or not len(check) or "method" not in check:
+        return []
+    rows = check.to_dict("records")
+    model = [r for r in rows if r["method"] == "model" and isnum(r.get("error_pct"))]
+    if not model:
+        return ["the model: no measured point checked (results/prediction_check.csv)"]
+    header = ("env", "model", "precision", "batch", "predicted", "measured", "error")
+    table = [
+        (
+            str(r["env"]),
+            str(r["model"]),
+            str(r["precision"]),
+            str(int(r["batch"])),
+            sig(r["predicted_images_per_s"]),
+            sig(r["measured_images_per_s"]),
+            f"{float(r['error_pct']):+.1f}%",
+        )
+        for r in model
+    ]
+    summary = sorted(check_summary(rows), key=lambda s: s["method"] != "model")  # model first
+    mape = ", ".join(f"{s['method']} {s['mape_pct']:.1f}%" for s in summary)
+    return [
+        "the model's prediction of each point (images/s; no point predicted from its own runs):",
+        text_table(header, table),
+        f"MAPE over the points: {mape}",
+    ]
 
 
 def busy_machine_lines(tp: pd.DataFrame, ceilings: Mapping[str, Mapping]) -> list[str]:

@@ -6,7 +6,6 @@ device it has, the model names torchvision knows, whether a data folder exists).
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
@@ -15,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dnnroofline.errors import InputError
-from dnnroofline.study import identity, precisions
+from dnnroofline.errors import InputError, suggest
+from dnnroofline.study import identity, precisions, what_if
 
 # torch.compile modes an env may ask for (``compile: false`` runs eagerly).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -135,11 +134,6 @@ def detect_device() -> str:
     return "cpu"
 
 
-def suggest(value: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(value, list(choices), n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-
-
 class Study:
     """The validated, expanded study of one config on one machine."""
 
@@ -178,6 +172,10 @@ class Study:
             self._check_options(env)
         self._check_unambiguous()
         self._check_ncu_batch_sizes()
+        # the points the model predicts without measuring them (config predict:)
+        self.what_ifs = what_if.check_predict(
+            config.get("predict"), self._what_if_envs(), self.models, known_models
+        )
 
     # ---- per-env settings -------------------------------------------------
     def device(self, env: str) -> str:
@@ -263,9 +261,13 @@ class Study:
             "nproc": self.nproc(env),
         }
 
+    def model_spec(self, model: str) -> ModelSpec:
+        """A study model's spec; a model only the ``predict:`` block names is torchvision's."""
+        return self.model_specs.get(model) or ModelSpec(model)
+
     def model_args(self, model: str) -> list[str]:
         """Driver/complexity flags that build the model: name, factory, input size, classes."""
-        spec = self.model_specs[model]
+        spec = self.model_spec(model)
         flags = [f"--arch {model}"]
         if spec.factory:
             flags.append(f"--model-factory {spec.factory}")
@@ -278,10 +280,10 @@ class Study:
         return flags
 
     def image_size(self, model: str) -> int:
-        return int(self.model_specs[model].image_size or self.study.get("image_size", 224))
+        return int(self.model_spec(model).image_size or self.study.get("image_size", 224))
 
     def num_classes(self, model: str) -> int:
-        return int(self.model_specs[model].num_classes or self.study.get("num_classes", 1000))
+        return int(self.model_spec(model).num_classes or self.study.get("num_classes", 1000))
 
     def custom_models(self) -> list[ModelSpec]:
         return [s for s in self.model_specs.values() if s.factory]
@@ -309,6 +311,11 @@ class Study:
     @property
     def models(self) -> list[str]:
         return list(self.model_specs)
+
+    @property
+    def what_if_models(self) -> list[str]:
+        """Models the ``predict:`` block names that the study does not run."""
+        return list(dict.fromkeys(w.model for w in self.what_ifs if w.model not in self.models))
 
     @property
     def data(self) -> str:
@@ -461,6 +468,16 @@ class Study:
                     f"{env!r} (device {device}): {reason}. Supported on {device}{here}: "
                     f"{', '.join(supported)}"
                 )
+
+    def _what_if_envs(self) -> dict[str, what_if.StudyEnv]:
+        """The study's envs as the ``predict:`` check sees them."""
+        return what_if.study_envs(
+            self.envs,
+            device=self.device,
+            gpu_name=lambda env: self.envs[env].get("gpu_name"),
+            roof_precisions=self.roof_precisions,
+            cpu_flags=lambda env: self._cpu_flags if self._measured_on_this_cpu(env) else None,
+        )
 
     def _measured_on_this_cpu(self, env: str) -> bool:
         return env in self.measure_envs and env not in (self.cluster_cpus or {})

@@ -35,6 +35,7 @@ from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS, supported
 
 T = 1e12  # TFLOP/s
 GBS = 1e9  # GB/s
+GIB = 2**30  # a GPU's "80GB" of memory is 80 GiB (the driver reports a little less)
 
 #: Human description of each column (a study precision's column: its compute dtype,
 #: precisions.COMPUTE_DTYPE), for citations and notes.
@@ -73,6 +74,12 @@ class GpuPeaks:
     #: Regexes (case-insensitive, ``re.search``) over torch/NVML device names.
     patterns: tuple[str, ...] = field(default=(), repr=False)
     notes: str = ""
+    #: NVIDIA architecture (hopper, ampere, ada, turing, volta): a what-if on this GPU
+    #: borrows the efficiency tables of a measured env of the same one.
+    architecture: str = field(kw_only=True)
+    #: Device memory in bytes, from the same datasheet (capacity in GiB: the "GB" of GPU
+    #: memory sizes is 2^30 bytes); a model's predicted peak memory is checked against it.
+    memory_bytes: int = field(kw_only=True)
 
     def flops(self, precision: str) -> float | None:
         """Peak FLOP/s for a study precision (amp reads the fp16 column) or a column name."""
@@ -103,68 +110,85 @@ GPU_PEAKS: tuple[GpuPeaks, ...] = (
     # TF32 495, BF16/FP16 989 (the Hopper whitepaper's 494.7 / 989.4, rounded as quoted).
     GpuPeaks("h100_sxm5", "NVIDIA H100 SXM5 80GB", 34 * T, 67 * T, 495 * T, 989 * T,
              989 * T, 3350 * GBS, _H100_DS,
-             (r"\bH100\b.*\bSXM", r"\bH100 80GB HBM3\b")),
+             (r"\bH100\b.*\bSXM", r"\bH100 80GB HBM3\b"),
+             architecture="hopper", memory_bytes=80 * GIB),
     # Datasheet: FP64 26, FP32 51, TF32 756*, BF16/FP16 1,513* (dense 378 / 756); 2.0 TB/s.
     GpuPeaks("h100_pcie", "NVIDIA H100 PCIe 80GB", 26 * T, 51 * T, 378 * T, 756 * T,
-             756 * T, 2000 * GBS, _H100_DS, (r"\bH100\b.*\bPCIe\b",)),
+             756 * T, 2000 * GBS, _H100_DS, (r"\bH100\b.*\bPCIe\b",),
+             architecture="hopper", memory_bytes=80 * GIB),
     # Datasheet: FP64 30, FP32 60, TF32 835*, BF16/FP16 1,671* (dense 417.5 / 835.5);
     # 94 GB HBM3, 3.9 TB/s per GPU.
     GpuPeaks("h100_nvl", "NVIDIA H100 NVL 94GB", 30 * T, 60 * T, 417.5 * T, 835.5 * T,
-             835.5 * T, 3900 * GBS, _H100_DS, (r"\bH100\b.*\bNVL\b",)),
+             835.5 * T, 3900 * GBS, _H100_DS, (r"\bH100\b.*\bNVL\b",),
+             architecture="hopper", memory_bytes=94 * GIB),
     # Datasheet: same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s.
     GpuPeaks("h200_sxm", "NVIDIA H200 SXM 141GB", 34 * T, 67 * T, 495 * T, 989 * T,
              989 * T, 4800 * GBS, _H200_DS,
-             (r"\bH200\b(?!.*\bNVL\b)",)),
+             (r"\bH200\b(?!.*\bNVL\b)",),
+             architecture="hopper", memory_bytes=141 * GIB),
     # Datasheet: FP64 30, FP32 60, TF32 835*, BF16/FP16 1,671* (dense 417.5 / 835.5); 4.8 TB/s.
     GpuPeaks("h200_nvl", "NVIDIA H200 NVL 141GB", 30 * T, 60 * T, 417.5 * T, 835.5 * T,
-             835.5 * T, 4800 * GBS, _H200_DS, (r"\bH200\b.*\bNVL\b",)),
+             835.5 * T, 4800 * GBS, _H200_DS, (r"\bH200\b.*\bNVL\b",),
+             architecture="hopper", memory_bytes=141 * GIB),
     # ---------------------------------------------------------------- Ampere
     # Datasheet: FP64 9.7, FP32 19.5, TF32 156 (312*), BF16/FP16 312 (624*).
     GpuPeaks("a100_sxm_80gb", "NVIDIA A100 SXM4 80GB", 9.7 * T, 19.5 * T, 156 * T, 312 * T,
-             312 * T, 2039 * GBS, _A100_DS, (r"\bA100\b.*\bSXM.*80\s*GB",)),
+             312 * T, 2039 * GBS, _A100_DS, (r"\bA100\b.*\bSXM.*80\s*GB",),
+             architecture="ampere", memory_bytes=80 * GIB),
     GpuPeaks("a100_pcie_80gb", "NVIDIA A100 PCIe 80GB", 9.7 * T, 19.5 * T, 156 * T, 312 * T,
              312 * T, 1935 * GBS, _A100_DS,
-             (r"\bA100\b.*80\s*GB.*\bPCIe\b", r"\bA100\b.*\bPCIe\b.*80\s*GB")),
+             (r"\bA100\b.*80\s*GB.*\bPCIe\b", r"\bA100\b.*\bPCIe\b.*80\s*GB"),
+             architecture="ampere", memory_bytes=80 * GIB),
     GpuPeaks("a100_sxm_40gb", "NVIDIA A100 SXM4 40GB", 9.7 * T, 19.5 * T, 156 * T, 312 * T,
-             312 * T, 1555 * GBS, _A100_DS, (r"\bA100\b.*\bSXM.*40\s*GB",)),
+             312 * T, 1555 * GBS, _A100_DS, (r"\bA100\b.*\bSXM.*40\s*GB",),
+             architecture="ampere", memory_bytes=40 * GIB),
     GpuPeaks("a100_pcie_40gb", "NVIDIA A100 PCIe 40GB", 9.7 * T, 19.5 * T, 156 * T, 312 * T,
              312 * T, 1555 * GBS, _A100_DS,
-             (r"\bA100\b.*\bPCIe\b.*40\s*GB", r"\bA100\b.*40\s*GB.*\bPCIe\b")),
+             (r"\bA100\b.*\bPCIe\b.*40\s*GB", r"\bA100\b.*40\s*GB.*\bPCIe\b"),
+             architecture="ampere", memory_bytes=40 * GIB),
     # Datasheet: FP32 31.2, TF32 62.5 (125*), BF16/FP16 125 (250*); 600 GB/s. Not the A10G.
     GpuPeaks("a10", "NVIDIA A10 24GB", None, 31.2 * T, 62.5 * T, 125 * T, 125 * T,
-             600 * GBS, _A10_DS, (r"\bA10\b(?!\d|G)",)),
+             600 * GBS, _A10_DS, (r"\bA10\b(?!\d|G)",),
+             architecture="ampere", memory_bytes=24 * GIB),
     # ---------------------------------------------------------------- Ada
     # Datasheet: FP32 30.3, TF32 120*, BF16/FP16 242*; 24 GB GDDR6, 300 GB/s.
     GpuPeaks("l4", "NVIDIA L4 24GB", None, 30.3 * T, 60 * T, 121 * T, 121 * T,
-             300 * GBS, _L4_DS, (r"\bL4\b",)),
+             300 * GBS, _L4_DS, (r"\bL4\b",),
+             architecture="ada", memory_bytes=24 * GIB),
     # Datasheet: FP32 91.6, TF32 183 (366*), BF16/FP16 362.05 (733*); 864 GB/s.
     GpuPeaks("l40s", "NVIDIA L40S 48GB", None, 91.6 * T, 183 * T, 362.05 * T, 362.05 * T,
-             864 * GBS, _L40S_DS, (r"\bL40S\b",)),
+             864 * GBS, _L40S_DS, (r"\bL40S\b",),
+             architecture="ada", memory_bytes=48 * GIB),
     # Whitepaper: FP32 82.6, TF32 82.6 (165.2*), FP16/BF16 w/ FP32 acc. 165.2 (330.3*);
     # 1,008 GB/s.
     GpuPeaks("rtx_4090", "NVIDIA GeForce RTX 4090", None, 82.6 * T, 82.6 * T, 165.2 * T,
              165.2 * T, 1008 * GBS, _ADA_WP,
              (r"\bRTX 4090\b(?!\s*(D|Laptop|Mobile|Ti))",),
-             notes="FP16/BF16 with FP32 accumulate (the FP16-accumulate rate is 2x)"),
+             notes="FP16/BF16 with FP32 accumulate (the FP16-accumulate rate is 2x)",
+             architecture="ada", memory_bytes=24 * GIB),
     # Whitepaper: FP32 48.7, TF32 48.7 (97.5*), FP16/BF16 w/ FP32 acc. 97.5 (194.9*);
     # 716.8 GB/s.
     GpuPeaks("rtx_4080", "NVIDIA GeForce RTX 4080 16GB", None, 48.7 * T, 48.7 * T, 97.5 * T,
              97.5 * T, 716.8 * GBS, _ADA_WP,
              (r"\bRTX 4080\b(?!\s*(SUPER|Laptop|Mobile|Ti))",),
-             notes="FP16/BF16 with FP32 accumulate (the FP16-accumulate rate is 2x)"),
+             notes="FP16/BF16 with FP32 accumulate (the FP16-accumulate rate is 2x)",
+             architecture="ada", memory_bytes=16 * GIB),
     # ---------------------------------------------------------------- Turing
     # Datasheet: FP32 8.1, mixed FP16/FP32 65; 16 GB GDDR6 (256-bit, 10 Gbps) 320 GB/s.
     # No TF32, no BF16.
     GpuPeaks("t4", "NVIDIA T4 16GB", None, 8.1 * T, None, 65 * T, None,
-             320 * GBS, _T4_DS, (r"\bT4\b",)),
+             320 * GBS, _T4_DS, (r"\bT4\b",),
+             architecture="turing", memory_bytes=16 * GIB),
     # ---------------------------------------------------------------- Volta
     # Datasheet: FP64 7.8, FP32 15.7, tensor 125 (FP16 mixed precision); 900 GB/s.
-    # No TF32, no BF16.
+    # No TF32, no BF16. 16 or 32 GB HBM2 (one name): the smaller, so "fits" errs safe.
     GpuPeaks("v100_sxm2", "NVIDIA Tesla V100 SXM2", 7.8 * T, 15.7 * T, None, 125 * T, None,
-             900 * GBS, _V100_DS, (r"\bV100-SXM2\b", r"\bV100\b.*\bSXM2\b")),
-    # Datasheet: FP64 7, FP32 14, tensor 112; 900 GB/s.
+             900 * GBS, _V100_DS, (r"\bV100-SXM2\b", r"\bV100\b.*\bSXM2\b"),
+             architecture="volta", memory_bytes=16 * GIB),
+    # Datasheet: FP64 7, FP32 14, tensor 112; 900 GB/s; 16 or 32 GB (the smaller here).
     GpuPeaks("v100_pcie", "NVIDIA Tesla V100 PCIe", 7 * T, 14 * T, None, 112 * T, None,
-             900 * GBS, _V100_DS, (r"\bV100-PCIE\b", r"\bV100\b(?!S).*\bPCIe\b")),
+             900 * GBS, _V100_DS, (r"\bV100-PCIE\b", r"\bV100\b(?!S).*\bPCIe\b"),
+             architecture="volta", memory_bytes=16 * GIB),
 )
 # fmt: on
 
@@ -187,6 +211,30 @@ def lookup_gpu(name: str | None) -> GpuPeaks | None:
         if any(re.search(p, norm, flags=re.IGNORECASE) for p in gpu.patterns):
             return gpu
     return None
+
+
+#: The architectures of :data:`GPU_PEAKS`, newest first.
+ARCHITECTURES: tuple[str, ...] = ("hopper", "ada", "ampere", "turing", "volta")
+
+
+def gpu_by_key(key: str) -> GpuPeaks | None:
+    """The datasheet row whose ``key`` is ``key`` (e.g. "h200_sxm"), None if none is."""
+    return next((gpu for gpu in GPU_PEAKS if gpu.key == key), None)
+
+
+def architecture_of(gpu_name: str | None) -> str | None:
+    """The architecture of a GPU named by a device name ("NVIDIA H100 80GB HBM3") or by
+    an env's ``gpu_name`` substring ("H100", "A100"): the one architecture of every
+    datasheet row that name matches (lookup_gpu, else each row's name containing it);
+    None when it matches none, or rows of different architectures."""
+    if not gpu_name:
+        return None
+    row = lookup_gpu(gpu_name)
+    if row is not None:
+        return row.architecture
+    needle = str(gpu_name).strip().lower()
+    found = {gpu.architecture for gpu in GPU_PEAKS if needle and needle in gpu.name.lower()}
+    return found.pop() if len(found) == 1 else None
 
 
 # --------------------------------------------------------------------------- CPUs

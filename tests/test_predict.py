@@ -1,0 +1,393 @@
+"""The model's arithmetic on small hand-checked cases (issue 28, items 3 and 5).
+
+Two ops, tables of known efficiency: the step, its bound and images/s by hand, on a CPU
+(the sum) and on a GPU (the longer of device and host time); the baselines by hand;
+Kendall tau, MAPE and coverage by hand; the rule that no point predicts itself; and the
+prediction check's rows per method.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from dnnroofline.aggregate import predictions as ap
+from dnnroofline.errors import InputError
+from dnnroofline.model import predict as pr
+
+# Roofs: 1 TFLOP/s, 10 GB/s. A convolution: 4 GFLOP (4 ms) over 20 MB (2 ms), compute
+# bound; a ReLU: 1 MFLOP (1 us) over 40 MB (4 ms), memory bound.
+ROOF_C, ROOF_M = 1e12, 1e10
+CONV = {
+    "name": "aten.convolution.default",
+    "phase": "forward",
+    "class": "conv",
+    "kind": "dense",
+    "dtype": "float32",
+    "flops": 4_000_000_000,
+    "bytes_read": 10_000_000,
+    "bytes_written": 10_000_000,
+    "count": 2,
+}
+RELU = {
+    "name": "aten.relu.default",
+    "phase": "forward",
+    "class": "elementwise",
+    "kind": None,
+    "dtype": "float32",
+    "flops": 1_000_000,
+    "bytes_read": 20_000_000,
+    "bytes_written": 20_000_000,
+    "count": 3,
+}
+INVENTORY = {
+    "schema_version": 1,
+    "status": "ok",
+    "arch": "toy",
+    "precision": "fp32",
+    "batch_size": 8,
+    "ops": [CONV, RELU],
+}
+EFFICIENCY = {"conv_fwd": 0.5, "elementwise": 0.25}
+
+
+class FixedTables:
+    """Tables with one efficiency per key, whatever the size."""
+
+    def efficiency(self, precision, key, ideal_s):
+        return EFFICIENCY[key], key
+
+
+def machine(device="cpu", host=1e-5, launch=None, residuals=None):
+    return pr.Machine(
+        device=device,
+        compute={"fp32": ROOF_C},
+        memory=ROOF_M,
+        host_s_per_op=host,
+        launch_s_per_op=launch,
+        tables=FixedTables(),
+        residuals=residuals or (lambda p, k: ()),
+        source="toy tables",
+    )
+
+
+# conv: 4 ms / 0.5 = 8 ms per call, 2 calls: 16 ms; relu: 4 ms / 0.25 = 16 ms, 3 calls: 48 ms
+DEVICE_S = 0.016 + 0.048
+CALLS = 5
+
+
+def test_cpu_step_is_the_sum_of_op_times_and_host_time():
+    p = pr.predict_step(INVENTORY, machine("cpu", host=1e-5), "fp32")
+    assert p.device_s == pytest.approx(DEVICE_S)
+    assert p.calls == CALLS
+    assert p.step_s == pytest.approx(DEVICE_S + CALLS * 1e-5)  # 0.06405 s
+    assert p.images_per_s == pytest.approx(8 / 0.06405)
+    assert p.bound == "memory"  # 48 ms of memory-bound ops against 16 ms and 0.05 ms
+    assert p.time_by_bound == pytest.approx({"compute": 0.016, "memory": 0.048, "host": 5e-5})
+    assert p.time_by_class == pytest.approx({"conv": 0.016, "elementwise": 0.048})
+    assert [c for c, _ in p.top_classes] == ["elementwise", "conv"]
+    assert p.class_shares == pytest.approx({"conv": 0.25, "elementwise": 0.75})
+    assert pr.format_top_classes(p.top_classes) == "elementwise 75%; conv 25%"
+
+
+def test_cpu_step_is_host_bound_when_dispatch_dominates():
+    p = pr.predict_step(INVENTORY, machine("cpu", host=0.02), "fp32")
+    assert p.step_s == pytest.approx(DEVICE_S + 0.1)  # one thread: the sum
+    assert p.bound == "host"
+
+
+def test_gpu_step_is_the_longer_of_device_and_host_time():
+    device_bound = pr.predict_step(INVENTORY, machine("cuda", host=1e-5, launch=4e-6), "fp32")
+    # device 64 ms against host 5 calls x 10 us: the device is longer, host time overlaps
+    assert device_bound.step_s == pytest.approx(DEVICE_S)
+    assert device_bound.bound == "memory"
+    assert device_bound.time_by_bound == pytest.approx(
+        {"compute": 0.016, "memory": 0.048, "host": 0}
+    )
+    host_bound = pr.predict_step(INVENTORY, machine("cuda", host=0.02, launch=4e-6), "fp32")
+    # host 5 x 20 ms = 100 ms: longer than the device's 64 ms, and not added to it
+    assert host_bound.step_s == pytest.approx(0.1)
+    assert host_bound.bound == "host"
+    assert host_bound.images_per_s == pytest.approx(80.0)
+
+
+def test_gpu_launch_cost_is_a_floor_under_each_call():
+    # launch 10 ms: a conv call (8 ms) waits for it, 2 x 10 ms; the relu (16 ms) does not
+    p = pr.predict_step(INVENTORY, machine("cuda", host=1e-5, launch=0.010), "fp32")
+    assert p.step_s == pytest.approx(0.020 + 0.048)
+    assert p.time_by_bound == pytest.approx({"compute": 0.0, "memory": 0.048, "host": 0.020})
+    assert p.launch_s == pytest.approx(0.020)
+    assert p.bound == "memory"
+
+
+def test_gpu_step_without_dispatch_costs_says_so():
+    p = pr.predict_step(INVENTORY, machine("cuda", host=None, launch=None), "fp32")
+    assert p.step_s == pytest.approx(DEVICE_S)
+    assert any("no launch cost" in n for n in p.notes)
+    assert any("no host time" in n for n in p.notes)
+
+
+def test_interval_scales_each_table_by_its_residual_quantiles():
+    conv_res = [-0.1, 0.0, 0.1, 0.2, 0.3]  # q10 = -0.06, q90 = 0.26 (linear)
+    residuals = {"conv_fwd": conv_res}
+    m = machine("cpu", host=1e-5, residuals=lambda p, k: residuals.get(k, ()))
+    p = pr.predict_step(INVENTORY, m, "fp32")
+    assert pr.quantile(conv_res, 0.1) == pytest.approx(-0.06)
+    assert pr.quantile(conv_res, 0.9) == pytest.approx(0.26)
+    # elementwise has no residuals of its own: it borrows the pooled ones (conv's here)
+    low, high = p.interval
+    assert low == pytest.approx(DEVICE_S * math.exp(-0.06) + 5e-5)
+    assert high == pytest.approx(DEVICE_S * math.exp(0.26) + 5e-5)
+    assert any("pooled" in n for n in p.notes)
+
+
+def test_no_residuals_no_interval():
+    p = pr.predict_step(INVENTORY, machine(), "fp32")
+    assert p.interval is None
+    assert any("no interval" in n for n in p.notes)
+
+
+def test_missing_roof_and_bad_inventory_are_refused():
+    with pytest.raises(InputError, match="no measured compute roof for precision 'bf16'"):
+        pr.predict_step(INVENTORY, machine(), "bf16")
+    bad = {**INVENTORY, "ops": [{**CONV, "count": 0}]}
+    with pytest.raises(InputError, match=r"ops\[0\]: count must be >= 1"):
+        pr.predict_step(bad, machine(), "fp32", "toy_ops.json")
+    with pytest.raises(InputError, match="toy_ops.json: status 'error'"):
+        pr.predict_step({**INVENTORY, "status": "error"}, machine(), "fp32", "toy_ops.json")
+
+
+def test_baselines_by_hand():
+    # whole step: 10 GFLOP and 30 MB at 1 TFLOP/s, 10 GB/s: max(10 ms, 3 ms)
+    assert pr.roofline_step_s(1e10, 3e7, ROOF_C, ROOF_M) == pytest.approx(0.010)
+    # memory side: 1 GFLOP over 30 MB: max(1 ms, 3 ms)
+    assert pr.roofline_step_s(1e9, 3e7, ROOF_C, ROOF_M) == pytest.approx(0.003)
+    # per op at the roofline, no efficiency, no dispatch: 2 x 4 ms + 3 x 4 ms
+    assert pr.per_op_roofline_step_s(INVENTORY, ROOF_C, ROOF_M) == pytest.approx(0.020)
+
+
+def test_kendall_tau_by_hand():
+    # one swapped pair of six: (5 - 1) / 6
+    assert pr.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert pr.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # a tie in x: tau-b = (2 - 0) / sqrt(3 x 2)
+    assert pr.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert math.isnan(pr.kendall_tau([1], [2]))
+
+
+def test_check_summary_by_hand():
+    rows = [
+        {"method": "model", "predicted_images_per_s": 110.0, "measured_images_per_s": 100.0,
+         "error_pct": 10.0, "in_interval": True},
+        {"method": "model", "predicted_images_per_s": 160.0, "measured_images_per_s": 200.0,
+         "error_pct": -20.0, "in_interval": False},
+        {"method": "roofline_measured", "predicted_images_per_s": 300.0,
+         "measured_images_per_s": 100.0, "error_pct": 200.0, "in_interval": None},
+        {"method": "roofline_measured", "predicted_images_per_s": 250.0,
+         "measured_images_per_s": 200.0, "error_pct": 25.0, "in_interval": None},
+    ]  # fmt: skip
+    model, roof = pr.check_summary(rows)
+    assert model["method"] == "model" and model["n"] == 2
+    assert model["mape_pct"] == pytest.approx(15.0)
+    assert model["max_abs_error_pct"] == pytest.approx(20.0)
+    assert model["kendall_tau"] == pytest.approx(1.0)
+    assert model["coverage"] == pytest.approx(0.5)
+    assert roof["mape_pct"] == pytest.approx(112.5)
+    assert roof["kendall_tau"] == pytest.approx(-1.0)  # faster predicted for the slower one
+    assert math.isnan(roof["coverage"])
+
+
+# --------------------------------------------------------------------------- files
+
+
+def efficiency_doc(host=1e-5):
+    """A CPU env's efficiency.json with one row per table: a constant efficiency."""
+
+    def row(eff):
+        return {"flops": 1, "bytes": 1, "seconds": 1e-3 / eff, "ideal_s": 1e-3,
+                "efficiency": eff, "what": "toy"}  # fmt: skip
+
+    return {
+        "schema_version": 1,
+        "env": "local",
+        "device": "cpu",
+        "source": "sweep",
+        "roofs": {"compute": {"fp32": ROOF_C}, "memory": ROOF_M},
+        "dispatch": {"host_s_per_op": host, "launch_s_per_op": None, "method": "toy"},
+        "tables": {"fp32": {k: [row(e)] for k, e in EFFICIENCY.items()}},
+    }
+
+
+CEILINGS = {
+    "env": "local",
+    "device": "cpu",
+    "roofs": [
+        {"kind": "compute", "precision": "fp32", "source": "measured", "value": ROOF_C},
+        {"kind": "memory", "precision": None, "source": "measured", "value": ROOF_M},
+        {"kind": "compute", "precision": "fp32", "source": "datasheet", "value": 2 * ROOF_C},
+        {"kind": "memory", "precision": None, "source": "datasheet", "value": 2 * ROOF_M},
+    ],
+}
+# the complexity JSON's whole step: 10 GFLOP and 30 MB (baselines), 1 GB peak memory
+COMPLEXITY = {
+    "arch": "toy",
+    "batch_size": 8,
+    "status": "ok",
+    "flops": {"train_step": 10_000_000_000},
+    "by_precision": {
+        "fp32": {"traffic_bytes_per_step": 30_000_000, "peak_memory_bytes": 1_000_000_000}
+    },
+}
+ENV_INFO = {"env": "local", "device": "cpu", "ram_bytes": 2_000_000_000}
+POINT = ("local", "toy", "fp32", 8)
+
+
+def predicted_rows(efficiency=None):
+    envs = {"local": ap.EnvFiles("local", CEILINGS, efficiency or efficiency_doc(), ENV_INFO)}
+    inventories = {("toy", "fp32", 8): ("toy_fp32_bs8_ops.json", INVENTORY)}
+    complexity = {("toy", 8): ("toy_bs8.json", COMPLEXITY)}
+    return ap.prediction_rows([POINT], [], inventories, complexity, envs)
+
+
+def test_prediction_row_from_files():
+    (row,) = predicted_rows()
+    assert row["kind"] == "measured" and row["method"] == "model"
+    assert row["predicted_step_s"] == pytest.approx(0.06405)
+    assert row["predicted_images_per_s"] == pytest.approx(8 / 0.06405)
+    assert row["bound"] == "memory"
+    assert row["top_classes"] == "elementwise 75%; conv 25%"
+    assert ap.parse_shares(row["class_shares"]) == pytest.approx(
+        {"conv": 0.25, "elementwise": 0.75}
+    )
+    assert row["predicted_peak_memory_bytes"] == 1_000_000_000
+    assert row["device_memory_bytes"] == 2_000_000_000 and row["fits"] is True
+    assert math.isnan(row["interval_low_images_per_s"])  # one row per table: no residuals
+    assert set(row) == set(ap.PREDICTION_COLUMNS)
+
+
+def test_no_point_predicts_itself(tmp_path):
+    """The predicting path takes no metrics and no runs, and its output does not move
+    when they change."""
+    for fn in (ap.prediction_rows, ap.predict_point, pr.predict_step):
+        params = set(inspect.signature(fn).parameters)
+        assert not params & {"metrics", "runs", "measured"}, fn.__name__
+    import predict as script
+
+    files = {
+        "ceilings": CEILINGS,
+        "efficiency": efficiency_doc(),
+        "env_info": ENV_INFO,
+        "complexity": COMPLEXITY,
+        "ops": INVENTORY,
+    }
+    for name, doc in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    args = [
+        "--point", *map(str, POINT),
+        "--inventories", str(tmp_path / "ops.json"),
+        "--complexity", str(tmp_path / "complexity.json"),
+        "--ceilings", str(tmp_path / "ceilings.json"),
+        "--efficiency", str(tmp_path / "efficiency.json"),
+        "--env-info", str(tmp_path / "env_info.json"),
+    ]  # fmt: skip
+    metrics = tmp_path / "metrics.csv"
+    runs = tmp_path / "local" / "runs"
+    runs.mkdir(parents=True)
+    outs = []
+    for speed in (100.0, 1.0):  # the measured throughput changes a hundredfold
+        metrics.write_text(f"run_id,env,images_per_s\nlocal_toy_fp32_bs8_run1,local,{speed}\n")
+        (runs / "local_toy_fp32_bs8_run1.json").write_text(json.dumps({"images_per_s": speed}))
+        out = tmp_path / f"predictions_{speed}.csv"
+        assert script.main([*args, "--out", str(out)]) == 0
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    with pytest.raises(SystemExit):  # no way to hand it the runs
+        script.main([*args, "--metrics", str(metrics), "--out", str(tmp_path / "x.csv")])
+
+
+def metrics_frame(speeds, device="cpu"):
+    return pd.DataFrame(
+        [
+            {"env": "local", "model": "toy", "precision": "fp32", "batch_size": 8, "status": s,
+             "images_per_s": v, "device": device, "max_rss_bytes": 900_000_000 + i,
+             "peak_device_memory_bytes": None}
+            for i, (s, v) in enumerate(speeds)
+        ]
+    )  # fmt: skip
+
+
+def test_prediction_check_rows_per_method():
+    predictions = predicted_rows()
+    # ok runs at 100, 150, 110 images/s (median 110); the failed one is not counted
+    metrics = metrics_frame([("ok", 100.0), ("ok", 150.0), ("ok", 110.0), ("error", None)])
+    rows = ap.check_rows(
+        predictions,
+        metrics,
+        {("toy", 8): ("toy_bs8.json", COMPLEXITY)},
+        {"local": ("ceilings.json", CEILINGS)},
+        {("toy", "fp32", 8): ("toy_fp32_bs8_ops.json", INVENTORY)},
+    )
+    assert [r["method"] for r in rows] == list(ap.METHODS)
+    by = {r["method"]: r for r in rows}
+    assert all(r["measured_images_per_s"] == 110.0 for r in rows)
+    # datasheet roofs 2 TFLOP/s, 20 GB/s: max(5 ms, 1.5 ms); measured: max(10 ms, 3 ms)
+    assert by["roofline_datasheet"]["predicted_images_per_s"] == pytest.approx(8 / 0.005)
+    assert by["roofline_measured"]["predicted_images_per_s"] == pytest.approx(8 / 0.010)
+    assert by["per_op_roofline"]["predicted_images_per_s"] == pytest.approx(8 / 0.020)
+    assert by["model"]["predicted_images_per_s"] == pytest.approx(8 / 0.06405)
+    assert by["roofline_measured"]["error_pct"] == pytest.approx(100 * (800 - 110) / 110)
+    # peak memory: the complexity JSON's against the runs' highest max RSS (a CPU)
+    assert by["model"]["measured_peak_memory_bytes"] == 900_000_002
+    assert by["model"]["measured_peak_memory_source"] == "max_rss_bytes"
+    assert by["model"]["predicted_peak_memory_bytes"] == 1_000_000_000
+    assert by["model"]["in_interval"] is None and set(rows[0]) == set(ap.CHECK_COLUMNS)
+
+
+def test_check_refuses_a_measured_point_without_a_prediction():
+    metrics = metrics_frame([("ok", 100.0)])
+    with pytest.raises(InputError, match="predictions.csv has no model row"):
+        ap.check_rows(
+            [],
+            metrics,
+            {("toy", 8): ("c", COMPLEXITY)},
+            {"local": ("ceilings.json", CEILINGS)},
+            {("toy", "fp32", 8): ("i", INVENTORY)},
+        )
+
+
+def test_a_model_that_cannot_run_gets_a_row_without_figures():
+    failed = {"status": "error", "message": "too small for its kernels", "arch": "toy"}
+    row = ap.predict_point(POINT, failed, None, complexity=None, device_memory=None, where="x.json")
+    assert set(row) == set(ap.PREDICTION_COLUMNS)
+    assert math.isnan(row["predicted_images_per_s"])
+    assert row["notes"] == "no prediction: x.json: too small for its kernels"
+
+
+def test_check_summary_reads_interval_flags_from_a_csv(tmp_path):
+    path = tmp_path / "check.csv"
+    pd.DataFrame(
+        [
+            {"method": "model", "predicted_images_per_s": 1.0, "measured_images_per_s": 1.0,
+             "error_pct": 0.0, "in_interval": True},
+            {"method": "model", "predicted_images_per_s": 2.0, "measured_images_per_s": 1.0,
+             "error_pct": 100.0, "in_interval": None},
+        ]
+    ).to_csv(path, index=False)  # fmt: skip
+    (model,) = pr.check_summary(pd.read_csv(path).to_dict("records"))
+    assert model["coverage"] == 1.0 and model["n"] == 2
+
+
+def test_check_refuses_runs_of_another_image_size():
+    metrics = metrics_frame([("ok", 100.0)]).assign(image_size=128, run_id="r1")
+    with pytest.raises(InputError, match="image_size 128"):
+        ap.check_rows(
+            predicted_rows(),
+            metrics,
+            {("toy", 8): ("c", {**COMPLEXITY, "image_size": 224})},
+            {"local": ("ceilings.json", CEILINGS)},
+            {("toy", "fp32", 8): ("i", INVENTORY)},
+        )
