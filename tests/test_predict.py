@@ -269,6 +269,15 @@ def test_prediction_row_from_files():
     assert set(row) == set(ap.PREDICTION_COLUMNS)
 
 
+def test_a_point_of_an_env_not_copied_in_yet_gets_a_row_without_figures():
+    # env lab_box is measured on another machine; its results/lab_box/ is not here yet
+    rows = ap.prediction_rows([("lab_box", "toy", "fp32", 8)], [], {}, {}, {})
+    (row,) = rows
+    assert set(row) == set(ap.PREDICTION_COLUMNS) and row["env"] == "lab_box"
+    assert math.isnan(row["predicted_images_per_s"])
+    assert row["notes"] == "no prediction: env lab_box has no ceilings.json here"
+
+
 def test_no_point_predicts_itself(tmp_path):
     """The predicting path takes no metrics and no runs, and its output does not move
     when they change."""

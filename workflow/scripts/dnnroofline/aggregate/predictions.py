@@ -342,19 +342,27 @@ def prediction_rows(
     rows = []
     for point in dict.fromkeys(tuple(p) for p in points):
         env, model, precision, batch = point
-        if env not in envs:
-            raise InputError(f"point {point}: no ceilings for env {env!r}")
-        if env not in machines:
-            doc, source = env_tables_doc(envs[env])
-            machines[env] = (machine_of(doc, source), device_memory_bytes(envs[env]))
-        where, inventory = _inventory(inventories, model, precision, batch)
-        comp = complexity.get((model, int(batch)), (None, None))[1]
-        machine, memory = machines[env]
-        rows.append(
-            predict_point(
-                point, inventory, machine, complexity=comp, device_memory=memory, where=where
+        if env not in envs:  # measured elsewhere, its results not copied in yet
+            row = _point_row(point, "measured", "study")
+            row.update(method="model", notes=f"no prediction: env {env} has no ceilings.json here")
+            rows.append({c: row.get(c, math.nan) for c in PREDICTION_COLUMNS})
+            continue
+        try:  # an env copied in with too few benchmarks for its tables: said, not fatal
+            if env not in machines:
+                doc, source = env_tables_doc(envs[env])
+                machines[env] = (machine_of(doc, source), device_memory_bytes(envs[env]))
+            where, inventory = _inventory(inventories, model, precision, batch)
+            comp = complexity.get((model, int(batch)), (None, None))[1]
+            machine, memory = machines[env]
+            rows.append(
+                predict_point(
+                    point, inventory, machine, complexity=comp, device_memory=memory, where=where
+                )
             )
-        )
+        except InputError as exc:
+            row = _point_row(point, "measured", "study")
+            row.update(method="model", notes=f"no prediction: {exc}")
+            rows.append({c: row.get(c, math.nan) for c in PREDICTION_COLUMNS})
     for w in what_ifs:
         machine, memory = _what_if_machine(w, envs)
         where, inventory = _inventory(inventories, w.model, w.precision, w.batch)
