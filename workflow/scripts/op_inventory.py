@@ -21,28 +21,14 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.study.models import model_kwargs_arg
+from dnnroofline.study.models import add_model_args
 from dnnroofline.study.precisions import PRECISIONS, require_known
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", required=True, help="torchvision classification model name")
+    add_model_args(ap)
     ap.add_argument("--precision", required=True, help=f"one of {', '.join(PRECISIONS)}")
-    ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
-    ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
-    ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
-    ap.add_argument(
-        "--model-factory",
-        metavar="MODULE:CALLABLE",
-        help="build the model with this factory (--arch is then its name)",
-    )
-    ap.add_argument(
-        "--model-kwargs",
-        type=model_kwargs_arg,
-        default="{}",
-        help="JSON object passed to the factory",
-    )
     ap.add_argument("--out", required=True, help="output JSON path (written atomically)")
     return ap.parse_args(argv)
 

@@ -45,6 +45,26 @@ def model_kwargs_arg(text: str) -> dict[str, Any]:
     return value
 
 
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    """The flags that name a model and its step (the rules' ``model_flags`` and batch):
+    shared by complexity.py and op_inventory.py."""
+    ap.add_argument("--arch", required=True, help="torchvision classification model name")
+    ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
+    ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
+    ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
+    ap.add_argument(
+        "--model-factory",
+        metavar="MODULE:CALLABLE",
+        help="build the model with this factory (--arch is then its name)",
+    )
+    ap.add_argument(
+        "--model-kwargs",
+        type=model_kwargs_arg,
+        default="{}",
+        help="JSON object passed to the factory",
+    )
+
+
 def model_names_cache_dir() -> Path:
     """Where :func:`torchvision_classifiers` keeps its lists: the user's cache folder."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dnnroofline"
