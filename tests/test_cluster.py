@@ -211,7 +211,22 @@ PROFILE = str(ROOT / "profiles" / "slurm")
 WRONG_TARGET = "results/cpu_b/env_info.json"
 # the executor's status polling: 1 s instead of 40 s before the first check
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "1"]
-MEASUREMENTS = {"train", "ceilings", "trace", "ncu", "ncu_selftest", "perf"}
+
+
+def measurement_rules() -> set[str]:
+    """The rules that hold the measurement resource (they time something): read from the
+    rules themselves, so a new measurement is checked without editing this list."""
+    rules = set()
+    for smk in (ROOT / "rules").glob("*.smk"):
+        for name, body in re.findall(
+            r"^rule (\w+):\n(.*?)(?=^rule |\Z)", smk.read_text(), re.M | re.S
+        ):
+            if re.search(r"^\s+measurement=1,", body, re.M):
+                rules.add(name)
+    return rules
+
+
+MEASUREMENTS = measurement_rules()
 # the tiny study, two CPU envs, one per partition of the one node
 TWO_ENVS = {
     "envs": {
@@ -338,7 +353,8 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
 
     # no two measurements overlapped: neither their Slurm jobs nor their timed steps
     measured = sorted((j for j in jobs if j["rule"] in MEASUREMENTS), key=lambda j: j["start"])
-    assert len(measured) == 6  # per env: a timed run, the ceilings and a trace
+    # per env: a timed run, the ceilings, the efficiency sweep and a trace
+    assert len(measured) == 8, [j["rule"] for j in measured]
     for first, then in zip(measured, measured[1:], strict=False):
         assert then["start"] >= first["end"], (first, then)
     spans = sorted(
