@@ -547,7 +547,7 @@ def test_wrong_machine_is_refused(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "run_train.py: error: env 'local': this machine" in out
-    assert "env_info: error: env 'local': this machine" in out
+    assert "ceilings: error: env 'local': this machine" in out  # checked in its own process
     assert "is not the one results/local/env_info.json describes (host labnode7" in out
     assert "it records CPU 'Intel(R) Xeon(R) 8480+'" in out
     assert not (copied / run).exists() and not (copied / ceilings).exists()

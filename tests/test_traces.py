@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from workflow_helpers import TINY_POINTS
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure.traces import CSV_COLUMNS, top_table
@@ -185,9 +186,9 @@ def test_report_page_has_each_configs_table_overhead_and_a_working_link(tiny_stu
     page_path = results / "report_sections" / "traces.html"
     page = page_path.read_text()
     tables = sorted((results / "local" / "traces").glob("*.ops.json"))
-    assert len(tables) == 8
+    assert len(tables) == TINY_POINTS
     hrefs = re.findall(r'<a href="([^"]+\.json)">', page)
-    assert len(hrefs) == 8
+    assert len(hrefs) == TINY_POINTS
     for href in hrefs:  # relative to the page: they open from results/report_sections/
         assert (page_path.parent / href).resolve().is_file(), href
     # the overhead ratio: traced median against the median of the timed runs' medians

@@ -16,6 +16,8 @@ from workflow_helpers import (
     FAKE_CUDA,
     ROOT,
     TINY,
+    TINY_POINTS,
+    TINY_RUNS,
     job_counts,
     read_csv,
     snakemake,
@@ -77,8 +79,8 @@ def test_single_plot_target_builds_only_what_it_needs(tmp_path):
     out = snakemake(tmp_path, "-n", "--cores", "2", "results/plots/roofline_local.png").stdout
     counts = job_counts(out)
     assert counts["plot_roofline_env"] == 1
-    assert counts["train"] == 4 * 2 * 2
-    assert counts["trace"] == 4 * 2  # each point's kernel-busy share comes from its trace
+    assert counts["train"] == TINY_RUNS
+    assert counts["trace"] == TINY_POINTS  # each point's kernel-busy share comes from its trace
     for unneeded in ("report_sections", "plot_throughput", "plot_roofline_all", "all"):
         assert unneeded not in counts
 
@@ -203,10 +205,13 @@ def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
     run = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run1.json"
     other = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run2.json"
     before = {p: json.loads(p.read_text())["start_time"] for p in (run, other)}
-    out = snakemake(tmp_path, "--cores", "1", "--forcerun", str(run.relative_to(tmp_path)),
-                    "results/metrics.csv")  # fmt: skip
+    # the target first: --forcerun takes every word after it, and a target after it is
+    # forced too, leaving the default target (the whole study) to run
+    out = snakemake(tmp_path, "--cores", "1", "results/metrics.csv",
+                    "--forcerun", str(run.relative_to(tmp_path)))  # fmt: skip
     counts = job_counts(out.stdout + out.stderr)
     assert counts["train"] == 1 and counts["metrics"] == 1
+    assert set(counts) == {"train", "metrics", "total"}, counts  # nothing else measured
     assert json.loads(run.read_text())["start_time"] > before[run]
     assert json.loads(other.read_text())["start_time"] == before[other]
     rows = {r["run_id"]: r for r in read_csv(tmp_path / "results/metrics.csv")}
@@ -216,11 +221,11 @@ def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
 def test_tiny_study_end_to_end(tiny_study):
     results = tiny_study / "results"
     metrics = read_csv(results / "metrics.csv")
-    assert len(metrics) == 4 * 2 * 2
+    assert len(metrics) == TINY_RUNS
     assert {row["status"] for row in metrics} == {"ok"}
     assert all(float(row["images_per_s"]) > 0 for row in metrics)
     points = read_csv(results / "roofline_points.csv")
-    assert len(points) == 4 * 2
+    assert len(points) == TINY_POINTS
     for p in points:
         assert p["ai_source"] == "analytic"
         # Each point's busy share comes from its step trace (aten operators against the
@@ -244,19 +249,20 @@ def test_tiny_study_end_to_end(tiny_study):
     # the model (issue 28): every point predicted from microbenchmarks, then checked
     assert (results / "local" / "efficiency.json").is_file()
     predicted = [p for p in read_csv(results / "predictions.csv") if p["kind"] == "measured"]
-    assert len(predicted) == 4 * 2
+    assert len(predicted) == TINY_POINTS
     assert all(float(p["predicted_images_per_s"]) > 0 for p in predicted)
     checked = [r for r in read_csv(results / "prediction_check.csv") if r["method"] == "model"]
-    assert len(checked) == 4 * 2 and all(r["error_pct"] for r in checked)
+    assert len(checked) == TINY_POINTS and all(r["error_pct"] for r in checked)
     assert (results / "plots" / "prediction_parity.svg").stat().st_size > 1000
     assert "model.html" in report
     assert "Predicted, not measured." in (results / "report_sections" / "model.html").read_text()
     # what the study itself cost: the benchmark: files of the jobs, then the timed runs
-    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == 4 * 2
+    assert len(list((results / "benchmarks" / "complexity").glob("*.tsv"))) == TINY_POINTS
     assert (results / "local" / "benchmarks" / "ceilings.tsv").is_file()
     cost = (results / "report_sections" / "reproducibility.html").read_text()
     cost = cost.split("What the study itself cost")[1]
-    for stage, jobs in (("ceilings", 1), ("complexity", 8), ("traces", 8), ("timed runs", 16)):
+    stages = ("ceilings", 1), ("complexity", TINY_POINTS), ("traces", TINY_POINTS)
+    for stage, jobs in (*stages, ("timed runs", TINY_RUNS)):
         assert re.search(rf"<td[^>]*>{stage}</td>\s*<td[^>]*>{jobs}</td>", cost), stage
 
 
@@ -309,7 +315,7 @@ def test_measurements_never_overlap_and_use_declared_threads(tiny_study):
     ceilings = json.loads((results / "ceilings.json").read_text())
     spans.append((ceilings["start_time"], ceilings["end_time"], "ceilings"))
     spans.sort()
-    assert len(spans) == 4 * 2 * 2 + 4 * 2 + 1
+    assert len(spans) == TINY_RUNS + TINY_POINTS + 1
     for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
         assert end <= start, f"{a} overlaps {b}"
 
@@ -326,9 +332,10 @@ def test_rerun_does_only_new_work(tiny_study, tmp_path):
     counts = job_counts(
         snakemake(tiny_study, "-n", "--cores", "2", "--configfile", str(extra)).stdout
     )
-    assert counts["train"] == 4 * 2
-    assert counts["complexity"] == 4
-    assert counts["trace"] == 4
+    models = len(TINY["study"]["models"])
+    assert counts["train"] == models * TINY["study"]["runs"]
+    assert counts["complexity"] == models
+    assert counts["trace"] == models
     assert "ceilings" not in counts and "env_info" not in counts
 
 
