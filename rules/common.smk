@@ -196,15 +196,9 @@ def entry_script(name):
     return os.path.relpath(os.path.join(workflow.basedir, "workflow", "scripts", name))
 
 
-def logged(*commands):
-    """The shell command of a rule: its entry-script commands, run in turn while each
-    succeeds, write to the job's log; a failure shows the log's last lines on the
-    terminal too (the log keeps the rest).
-
-    One command is written as the rules wrote it before this helper: Snakemake re-runs
-    a finished job whose shell text changed, and a measurement should not re-run for that.
-    """
-    command = commands[0] if len(commands) == 1 else f"({' && '.join(commands)})"
+def logged(command):
+    """The shell command of a rule: its entry script writes to the job's log; a failure
+    shows the log's last lines on the terminal too (the log keeps the rest)."""
     return f"{command} > {{log}} 2>&1 || (tail -n 5 {{log}} >&2; exit 1)"
 
 
@@ -558,10 +552,11 @@ def trace_benchmark_files():
 # ---- Per-job values and the way a rule runs its entry scripts
 
 
-def declared_machine_flags(env):
-    """What the env declares about its machine, as env_info.py flags."""
+def declared_machine_flags(env, device_flag="--device"):
+    """What the env declares about its machine, as env_info.py flags (the measurements'
+    machine check takes the device as --declared-device)."""
     spec = config["envs"][env]
-    flags = [f"--device {spec['device']}"]
+    flags = [f"{device_flag} {spec['device']}"]
     for key in ("gpu_name", "cpu_name"):
         if spec.get(key):
             flags.append(f"--{key.replace('_', '-')} {spec[key]!r}")
@@ -658,6 +653,11 @@ def env_precisions(wildcards):
 
 def env_declared_flags(wildcards):
     return declared_machine_flags(wildcards.menv)
+
+
+def env_check_flags(wildcards):
+    """The machine check's flags of a measurement (dnnroofline.measure.machine_check)."""
+    return declared_machine_flags(wildcards.menv, device_flag="--declared-device")
 
 
 def env_layout_flag(wildcards):

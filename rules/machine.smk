@@ -45,17 +45,16 @@ rule ceilings:
         quick="--quick" if config["ceilings"]["quick"] else "",
         # the runs' threads: a changed count re-measures the roofs
         declared_threads=env_threads,
-        check=entry_script("env_info.py"),
-        declared=env_declared_flags,
+        # what the env declares: the job refuses another machine before it measures
+        declared=env_check_flags,
         # the perf binary the perf jobs run: its events are the ones probed here
         perf=config["perf"]["executable"],
     shell:
         logged(
-            # first refuse a machine that is not the one env_info.json describes
-            "python {params.check} --env {wildcards.menv} {params.declared} --verify {input}",
             "python {params.script} --env {wildcards.menv} --device {params.device} "
             "--precisions {params.precisions} {params.quick} --perf {params.perf} "
-            "--expect-threads {params.declared_threads} --out {output}",
+            "--expect-threads {params.declared_threads} --env-info {input} {params.declared} "
+            "--out {output}"
         )
 
 
@@ -83,14 +82,11 @@ rule efficiency:
         layout=env_layout_flag,
         quick="--quick" if config["ceilings"]["quick"] else "",
         declared_threads=env_threads,
-        check=entry_script("env_info.py"),
-        declared=env_declared_flags,
+        declared=env_check_flags,
     shell:
         logged(
-            # first refuse a machine that is not the one env_info.json describes
-            "python {params.check} --env {wildcards.menv} {params.declared} "
-            "--verify {input.env_info}",
             "python {params.script} --env {wildcards.menv} --device {params.device} "
             "--precisions {params.precisions} --ceilings {input.ceilings} {params.layout} "
-            "{params.quick} --expect-threads {params.declared_threads} --out {output}",
+            "{params.quick} --expect-threads {params.declared_threads} "
+            "--env-info {input.env_info} {params.declared} --out {output}"
         )

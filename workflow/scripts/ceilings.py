@@ -18,6 +18,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measure.ceilings import build_ceilings
 from dnnroofline.measure.envinfo import DEVICES
+from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.study.precisions import PRECISIONS
 
@@ -35,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         "--perf", default="perf", help="the perf binary to probe on CPU (perf.executable)"
     )
     ap.add_argument("--out", required=True, help="output JSON path")
+    add_machine_check_args(ap)
     args = ap.parse_args(argv)
     try:
+        verify_machine_from_args(args.env, args)
         result = build_ceilings(
             args.env,
             args.device,

@@ -20,6 +20,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measure.efficiency import sweep_env
 from dnnroofline.measure.envinfo import DEVICES
+from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.study.precisions import PRECISIONS
 
@@ -48,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--expect-threads", type=int, help="the env's threads; others are refused")
     ap.add_argument("--out", required=True, help="output JSON path")
+    add_machine_check_args(ap)
     args = ap.parse_args(argv)
     try:
+        verify_machine_from_args(args.env, args)
         doc = sweep_env(
             args.env,
             args.device,
