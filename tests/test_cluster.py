@@ -216,14 +216,9 @@ FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "1"]
 def measurement_rules() -> set[str]:
     """The rules that hold the measurement resource (they time something): read from the
     rules themselves, so a new measurement is checked without editing this list."""
-    rules = set()
-    for smk in (ROOT / "rules").glob("*.smk"):
-        for name, body in re.findall(
-            r"^rule (\w+):\n(.*?)(?=^rule |\Z)", smk.read_text(), re.M | re.S
-        ):
-            if re.search(r"^\s+measurement=1,", body, re.M):
-                rules.add(name)
-    return rules
+    from test_conda_envs import rule_blocks
+
+    return {name for _, name, body in rule_blocks() if re.search(r"^\s+measurement=1,", body, re.M)}
 
 
 MEASUREMENTS = measurement_rules()

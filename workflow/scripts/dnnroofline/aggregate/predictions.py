@@ -225,6 +225,13 @@ def resolve_what_ifs(entries: object, envs: Mapping[str, EnvFiles]) -> list[What
 # --------------------------------------------------------------------------- predictions
 
 
+def _unpredicted_row(point: Point, why: str) -> dict:
+    """A measured point's row without figures, the reason in its notes."""
+    row = _point_row(point, "measured", "study")
+    row.update(method="model", notes=f"no prediction: {why}")
+    return {c: row.get(c, math.nan) for c in PREDICTION_COLUMNS}
+
+
 def _point_row(point: Point, kind: str, env_source: str) -> dict:
     env, model, precision, batch = point
     return {
@@ -343,9 +350,7 @@ def prediction_rows(
     for point in dict.fromkeys(tuple(p) for p in points):
         env, model, precision, batch = point
         if env not in envs:  # measured elsewhere, its results not copied in yet
-            row = _point_row(point, "measured", "study")
-            row.update(method="model", notes=f"no prediction: env {env} has no ceilings.json here")
-            rows.append({c: row.get(c, math.nan) for c in PREDICTION_COLUMNS})
+            rows.append(_unpredicted_row(point, f"env {env} has no ceilings.json here"))
             continue
         try:  # an env copied in with too few benchmarks for its tables: said, not fatal
             if env not in machines:
@@ -360,9 +365,7 @@ def prediction_rows(
                 )
             )
         except InputError as exc:
-            row = _point_row(point, "measured", "study")
-            row.update(method="model", notes=f"no prediction: {exc}")
-            rows.append({c: row.get(c, math.nan) for c in PREDICTION_COLUMNS})
+            rows.append(_unpredicted_row(point, str(exc)))
     for w in what_ifs:
         machine, memory = _what_if_machine(w, envs)
         where, inventory = _inventory(inventories, w.model, w.precision, w.batch)

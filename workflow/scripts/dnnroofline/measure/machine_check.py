@@ -2,18 +2,18 @@
 declares and the one the env's env_info.json describes.
 
 A stale env_info.json (a checkout copied with its results, another Slurm node type) must
-never let this machine's numbers be filed under another machine's env. env_info.py
---verify runs the check on its own; ceilings.py and efficiency.py run it in their own
-process (--env-info), which saves each of those jobs a second Python and torch start.
+never let this machine's numbers be filed under another machine's env. ceilings.py and
+efficiency.py run it in their own process (--env-info), which saves each of those jobs a
+second Python and torch start; the driver reads the file with :func:`read_env_info`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Mapping
 
 from dnnroofline.errors import InputError
-from dnnroofline.io import read_json
 from dnnroofline.measure.envinfo import (
     DEVICES,
     check_env_matches,
@@ -22,14 +22,21 @@ from dnnroofline.measure.envinfo import (
 )
 
 
-def check_env_info_file(env: str, path: str, fingerprint: Mapping) -> None:
-    """InputError unless this machine (its ``fingerprint``) is the one ``path`` describes."""
+def read_env_info(path: str) -> dict:
+    """The env's env_info.json given as --env-info, or an InputError naming it."""
     try:
-        recorded = read_json(path)
-    except (OSError, ValueError) as exc:
+        with open(path) as fh:
+            recorded = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"--env-info {path!r}: cannot read it: {exc}") from exc
     if not isinstance(recorded, dict):
         raise InputError(f"--env-info {path!r}: not a JSON object")
+    return recorded
+
+
+def check_env_info_file(env: str, path: str, fingerprint: Mapping) -> None:
+    """InputError unless this machine (its ``fingerprint``) is the one ``path`` describes."""
+    recorded = read_env_info(path)
     gpus = fingerprint.get("gpus") or []
     here = {
         "device": fingerprint.get("device"),

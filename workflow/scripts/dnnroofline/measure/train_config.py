@@ -206,19 +206,12 @@ def check_threads(expected: int | None, actual: int, omp_value: str | None) -> N
 def check_machine(cfg: TrainConfig, backend: str) -> None:
     """Refuse to run when this machine is not the one the env's env_info.json describes:
     another device than the env's (the resolved backend), CPU model or GPU."""
-    import json
-
     import torch
 
     from dnnroofline.measure.envinfo import check_same_machine, machine_here
+    from dnnroofline.measure.machine_check import read_env_info
 
-    try:
-        with open(cfg.env_info) as fh:
-            recorded = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"--env-info {cfg.env_info!r}: cannot read it: {exc}") from exc
-    if not isinstance(recorded, dict):
-        raise InputError(f"--env-info {cfg.env_info!r}: not a JSON object")
+    recorded = read_env_info(cfg.env_info)
     gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if backend == "cuda" else None
     env = cfg.env or str(recorded.get("env") or "?")
     check_same_machine(env, recorded, machine_here(backend, gpu), cfg.env_info)
