@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help study test lint setup setup-dev gpu-check gpu-tests gpu-wheels lock clean
+.PHONY: help study test lint setup setup-dev gpu-check gpu-tests gpu-wheels gpu-lease lock clean
 .DEFAULT_GOAL := help
 
 # The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
@@ -106,6 +106,20 @@ PART ?= all
 gpu-wheels:
 	$(PYTHON) scripts/gpu_check.py wheels --dest $(or $(WHEELS),wheels) --lock $(LOCK) \
 		--python-version $(GPU_PYTHON) --part $(PART) $(if $(INSTALLED),--installed $(INSTALLED),)
+
+## A short GPU allocation (a lent machine, a cluster job): PLAN's groups of targets, most
+## valuable first, within BUDGET_S seconds; a group is cut at the deadline, and after each
+## the measured envs' results/ go into OUT (results.tar.gz, lease.json, lease.log).
+## CONFIG: the config files, in place of config/config.yaml (docs/gpu.md).
+CONFIG ?= config/config.yaml config/gpu_check.yaml
+PLAN ?=
+BUDGET_S ?= 600
+OUT ?= results/lease
+gpu-lease:
+	@test -n "$(PLAN)" || { echo "gpu-lease: give PLAN=plan.yaml (docs/gpu.md)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory setup WHEELS="$(WHEELS)"
+	python scripts/gpu_lease.py --plan $(PLAN) --budget-s $(BUDGET_S) --out $(OUT) \
+		--configfile $(CONFIG) --cores $(CORES)
 
 ## The venv with the study's packages (requirements.lock) and the package, editable.
 setup: $(VENV)/.runtime $(VENV)/.package
