@@ -159,7 +159,7 @@ def test_the_check_has_prediction_checks_columns_and_names_what_was_not_measured
         }
     }
     rows = transfer.check_rows(predicted, measured)
-    assert list(rows[0]) == CHECK_COLUMNS
+    assert list(rows[0]) == [*CHECK_COLUMNS, "anchor"]
     assert rows[0]["error_pct"] == pytest.approx(10.0)
     assert rows[0]["in_interval"] is True
     assert rows[0]["measured_peak_memory_bytes"] == 7

@@ -11,14 +11,14 @@
 ``predict``: every point that predictions.csv predicts on the datasheet GPU ``--target``
 (its ``predict:`` what-ifs), by the model calibrated on the origin's runs and by three
 baselines (``dnnroofline.model.transfer``). It reads no run of the target. ``check``: one
-row per point and method with the columns of prediction_check.csv, and each method's
-MAPE, maximum error and Kendall tau printed.
+row per point and method with the columns of prediction_check.csv and the point's anchor;
+each method's MAPE, maximum error and Kendall tau printed over every point and over the
+points the origin measured itself (anchor "this point": the transfer alone).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import pandas as pd
@@ -28,7 +28,6 @@ from dnnroofline.aggregate.predictions import measured_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.model import transfer
-from dnnroofline.model.predict import check_summary
 from dnnroofline.study import datasheet
 
 
@@ -133,11 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     with atomic_path(args.out) as tmp:
         table.to_csv(tmp, index=False)
     if args.command == "check":
-        for s in check_summary(table.to_dict("records")):
+        print("method: over every point | over the points the origin measured")
+        for entry in transfer.summary(table.to_dict("records")):
             print(
-                f"{s['method']:>20}: n={s['n']} MAPE {s['mape_pct']:.1f}% "
-                f"max {s['max_abs_error_pct']:.1f}% tau {s['kendall_tau']:.2f}"
-                + ("" if math.isnan(s["coverage"]) else f" coverage {s['coverage']:.0%}")
+                f"{entry['method']:>20}: "
+                + " | ".join(
+                    f"n={s['n']} MAPE {s['mape_pct']:.1f}% max {s['max_abs_error_pct']:.1f}% "
+                    f"tau {s['kendall_tau']:.2f}"
+                    for s in (entry["all"], entry["same"])
+                    if s
+                )
             )
     print(f"transfer_gpu: {len(table)} rows -> {args.out}")
     return 0

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.predict import error_pct
+from dnnroofline.model.predict import check_summary, error_pct
 from dnnroofline.study.datasheet import GpuPeaks
 
 Point = tuple[str, str, int]  # (model, precision, batch)
@@ -220,19 +220,20 @@ def _row(base, method, step_s, batch, model_row, c, anchor, capture, notes) -> d
 
 def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) -> list[dict]:
     """The check of a transfer's predictions against the target's runs, with the columns
-    of ``prediction_check.csv``: one row per predicted point and method. ``measured``:
+    of ``prediction_check.csv`` and the point's ``anchor``: one row per predicted point
+    and method. ``measured``:
     per point, ``images_per_s`` (median of the ok runs), ``peak_memory`` and
     ``peak_memory_source`` (``aggregate.predictions.measured_points``). A point the
     target did not measure keeps its prediction and says so in ``note``."""
     out = []
     for r in predicted:
-        point = (str(r["model"]), str(r["precision"]), int(r["batch"]))
+        point = _point(r)
         predicted_ips = float(r["predicted_images_per_s"])
         runs = measured.get(point) or {}
         measured_ips = float(runs.get("images_per_s", math.nan))
         low = float(r.get("interval_low_images_per_s", math.nan))
         high = float(r.get("interval_high_images_per_s", math.nan))
-        note = str(r.get("notes") or "")
+        note = _text(r.get("notes"))
         if not math.isfinite(measured_ips):
             note = "; ".join(filter(None, [note, "not measured on the target"]))
         both = math.isfinite(measured_ips) and math.isfinite(predicted_ips)
@@ -253,6 +254,30 @@ def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) 
                 if both and math.isfinite(low) and math.isfinite(high)
                 else math.nan,
                 "note": note,
+                "anchor": _text(r.get("anchor")),
             }
         )
     return out
+
+
+def _text(x: object) -> str:
+    """A text cell; an empty one read back from a CSV is NaN."""
+    return x if isinstance(x, str) else ""
+
+
+def _point(row: Mapping) -> Point:
+    return (str(row["model"]), str(row["precision"]), int(row["batch"]))
+
+
+def summary(check: Sequence[Mapping]) -> list[dict]:
+    """Per method, :func:`check_summary` over every point (``all``) and over the points
+    the origin measured itself (``same``: the model's anchor is "this point", so the
+    transfer alone is judged, not the batch or model scaling the other anchors add)."""
+    same_points = {
+        _point(r) for r in check if r["method"] == "model" and r.get("anchor") == "this point"
+    }
+    same = {s["method"]: s for s in check_summary([r for r in check if _point(r) in same_points])}
+    return [
+        {"method": s["method"], "all": s, "same": same.get(s["method"])}
+        for s in check_summary(check)
+    ]
