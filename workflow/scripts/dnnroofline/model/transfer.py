@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dnnroofline.errors import InputError
 from dnnroofline.model.predict import check_summary, error_pct
 from dnnroofline.study.datasheet import GpuPeaks
+from dnnroofline.study.precisions import tensor_core_precision
 
 Point = tuple[str, str, int]  # (model, precision, batch)
 
@@ -70,7 +71,7 @@ def kernel_ridge(gpu: GpuPeaks, precision: str, tensor_flop: float) -> float:
     peak (tf32 for an fp32 step) for a kernel with tensor-core FLOPs, the CUDA cores' fp32
     peak otherwise (elementwise, normalization, and the fp32 convolutions of this study,
     which ncu counts on the CUDA cores)."""
-    unit = ("tf32" if precision == "fp32" else precision) if tensor_flop > 0 else "fp32"
+    unit = tensor_core_precision(precision) if tensor_flop > 0 else "fp32"
     peak = gpu.flops(unit)
     if not peak:
         raise InputError(f"datasheet {gpu.key}: no {unit} peak for a kernel's ridge point")

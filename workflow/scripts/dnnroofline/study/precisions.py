@@ -83,6 +83,12 @@ def operand_bytes(precision: str) -> int:
     return 2 if require_known(precision) in HALF_PRECISIONS else 4
 
 
+def tensor_core_precision(precision: str) -> str:
+    """The precision a study precision's tensor-core kernels run in: an fp32 step's are
+    TF32 (on GPUs that have it), the others' their own."""
+    return "tf32" if require_known(precision) == "fp32" else precision
+
+
 def autocast_dtype(precision: str) -> str | None:
     """The torch dtype name a precision autocasts to (None: it does not autocast)."""
     return torch_dtype(precision) if precision in HALF_PRECISIONS else None
