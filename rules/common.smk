@@ -393,6 +393,18 @@ def predicted_points():
     return sorted(points)
 
 
+#: every precision some predicted point is in: each complexity job inventories them all
+INVENTORY_PRECISIONS = [
+    p for p in PRECISIONS if p in {pt[1] for pt in predicted_points()}
+]
+
+
+def inventory_flags(wildcards, output):
+    """complexity.py's --inventory PRECISION=PATH for each inventory the job writes."""
+    pairs = zip(INVENTORY_PRECISIONS, output.inventories, strict=True)
+    return " ".join(f"--inventory {precision}={path}" for precision, path in pairs)
+
+
 def inventory_files():
     """The op inventory of every point predicted (env-independent, like complexity)."""
     return [

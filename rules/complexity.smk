@@ -1,9 +1,15 @@
-# Analytic complexity of each (model, batch): params, bytes, FLOPs (not MACs).
+# Analytic complexity of each (model, batch): params, bytes, FLOPs (not MACs), and the op
+# inventory of one training step in every precision the study predicts (the model's
+# input), all from one job: one Python and torch start per (model, batch), not per file.
 
 
 rule complexity:
     output:
-        "results/complexity/{model}_bs{batch}.json",
+        complexity="results/complexity/{model}_bs{batch}.json",
+        inventories=expand(
+            "results/complexity/{{model}}_{precision}_bs{{batch}}_ops.json",
+            precision=INVENTORY_PRECISIONS,
+        ),
     log:
         "results/logs/complexity/{model}_bs{batch}.log",
     benchmark:
@@ -13,28 +19,9 @@ rule complexity:
     params:
         script=entry_script("complexity.py"),
         model=model_flags,
+        inventories=inventory_flags,
     shell:
         logged(
             "OMP_NUM_THREADS=1 python {params.script} {params.model} "
-            "--batch-size {wildcards.batch} --out {output}"
-        )
-
-
-# The op inventory of one training step per (model, precision, batch): the model's input.
-rule op_inventory:
-    output:
-        "results/complexity/{model}_{precision}_bs{batch}_ops.json",
-    log:
-        "results/logs/op_inventory/{model}_{precision}_bs{batch}.log",
-    benchmark:
-        "results/benchmarks/op_inventory/{model}_{precision}_bs{batch}.tsv"
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        script=entry_script("op_inventory.py"),
-        model=model_flags,
-    shell:
-        logged(
-            "OMP_NUM_THREADS=1 python {params.script} {params.model} "
-            "--precision {wildcards.precision} --batch-size {wildcards.batch} --out {output}"
+            "--batch-size {wildcards.batch} {params.inventories} --out {output.complexity}"
         )

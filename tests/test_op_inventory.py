@@ -223,3 +223,37 @@ def test_cli_refuses_a_bad_precision_naming_it(tmp_path):
     assert proc.returncode == 2
     assert "--precision 'fp16'" in proc.stderr and "amp" in proc.stderr
     assert not out.exists()
+
+
+def _complexity_cli():
+    """complexity.py as a module: the study's rule writes the inventories through it."""
+    path = SCRIPT.parent / "complexity.py"
+    spec = importlib.util.spec_from_file_location("complexity_cli", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_complexity_cli_writes_each_inventory_as_op_inventory_does(tmp_path):
+    flags = ["--arch", "resnet18", "--batch-size", "4", "--image-size", "32"]
+    alone = tmp_path / "alone.json"
+    assert _cli().main([*flags, "--precision", "amp", "--out", str(alone)]) == 0
+    inventories = {p: tmp_path / f"resnet18_{p}_bs4_ops.json" for p in ("fp32", "amp")}
+    specs = [a for p, path in inventories.items() for a in ("--inventory", f"{p}={path}")]
+    cx = tmp_path / "resnet18_bs4.json"
+    assert _complexity_cli().main([*flags, *specs, "--out", str(cx)]) == 0
+    assert json.loads(cx.read_text())["flops"]["train_step"] > 0
+    assert json.loads(inventories["amp"].read_text()) == json.loads(alone.read_text())
+    assert json.loads(inventories["fp32"].read_text())["precision"] == "fp32"
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [("fp16=x.json", "--inventory 'fp16': unknown precision"), ("amp", "expected PRECISION=PATH")],
+)
+def test_complexity_cli_refuses_a_bad_inventory_naming_it(tmp_path, capsys, spec, expected):
+    out = tmp_path / "c.json"
+    flags = ["--arch", "resnet18", "--batch-size", "4", "--out", str(out)]
+    assert _complexity_cli().main([*flags, "--inventory", spec]) == 2
+    assert expected in capsys.readouterr().err
+    assert not out.exists()

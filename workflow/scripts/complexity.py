@@ -2,7 +2,8 @@
 """Analytic complexity of one training step of a torchvision classifier.
 
     python workflow/scripts/complexity.py --arch mobilenet_v2 --batch-size 32 \\
-        --image-size 224 [--num-classes 1000] --out c.json
+        --image-size 224 [--num-classes 1000] --out c.json \\
+        [--inventory fp32=ops_fp32.json --inventory bf16=ops_bf16.json ...]
 
 Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MACs) of
 forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
@@ -13,6 +14,11 @@ input, e.g. alexnet or inception_v3 at 32 px) is a result, not a crash: the JSON
 holds ``status: "error"`` and the reason in ``message`` (the counts are null) and the
 exit status is 0, as for a failed timed run. Exit status 2 on bad arguments (unknown
 model, batch size below 1), with the reason on stderr and nothing written.
+
+Each ``--inventory PRECISION=PATH`` also writes the op inventory of that precision
+(op_inventory.py's JSON) from the same process: the study's rule makes a (model, batch)'s
+complexity and all its inventories in one job, one Python and torch start instead of one
+per file.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.study.models import add_model_args
+from dnnroofline.study.models import add_model_args, model_step_kwargs
+from dnnroofline.study.precisions import require_known
 
 DEFAULT_THREADS = 2
 
@@ -39,7 +46,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{DEFAULT_THREADS})",
     )
     ap.add_argument("--out", required=True, help="output JSON path (written atomically)")
+    ap.add_argument(
+        "--inventory",
+        action="append",
+        default=[],
+        metavar="PRECISION=PATH",
+        help="also write this precision's op inventory to PATH (repeatable)",
+    )
     return ap.parse_args(argv)
+
+
+def _inventories(specs: list[str]) -> list[tuple[str, str]]:
+    """(precision, path) of each --inventory PRECISION=PATH, checked before any import."""
+    pairs = []
+    for spec in specs:
+        precision, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise InputError(f"--inventory {spec!r}: expected PRECISION=PATH")
+        pairs.append((require_known(precision, "--inventory"), path))
+    return pairs
 
 
 def _threads(requested: int | None) -> int:
@@ -62,23 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         threads = _threads(args.threads)
+        inventories = _inventories(args.inventory)
         import torch
 
         torch.set_num_threads(threads)
         from dnnroofline.model.complexity import ModelCannotRun, complexity, failed_complexity
 
         try:
-            result = complexity(
-                args.arch,
-                batch_size=args.batch_size,
-                image_size=args.image_size,
-                num_classes=args.num_classes,
-                factory=args.model_factory,
-                kwargs=args.model_kwargs,
-            )
+            result = complexity(args.arch, **model_step_kwargs(args))
         except ModelCannotRun as exc:
             result = failed_complexity(
                 args.arch, args.batch_size, args.image_size, args.num_classes, str(exc)
+            )
+        if inventories:
+            from dnnroofline.model.op_inventory import inventory_line, inventory_or_failure
+        for precision, path in inventories:
+            ops = inventory_or_failure(args, precision)
+            write_json_atomic(path, ops)
+            print(
+                inventory_line(ops, path), file=sys.stdout if ops["status"] == "ok" else sys.stderr
             )
     except InputError as exc:
         print(f"complexity.py: error: {exc}", file=sys.stderr)

@@ -37,46 +37,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         require_known(args.precision, "--precision")  # before torch is imported: fast
-        from dnnroofline.model.complexity import ModelCannotRun
-        from dnnroofline.model.op_inventory import failed_inventory, op_inventory
+        from dnnroofline.model.op_inventory import inventory_line, inventory_or_failure
 
-        try:
-            result = op_inventory(
-                args.arch,
-                precision=args.precision,
-                batch_size=args.batch_size,
-                image_size=args.image_size,
-                num_classes=args.num_classes,
-                factory=args.model_factory,
-                kwargs=args.model_kwargs,
-            )
-        except ModelCannotRun as exc:
-            result = failed_inventory(
-                args.arch,
-                args.precision,
-                args.batch_size,
-                args.image_size,
-                args.num_classes,
-                str(exc),
-            )
+        result = inventory_or_failure(args, args.precision)
     except InputError as exc:
         print(f"op_inventory.py: error: {exc}", file=sys.stderr)
         return 2
     write_json_atomic(args.out, result)
-    if result["status"] != "ok":
-        print(
-            f"op_inventory.py: {args.arch} {args.precision} bs{args.batch_size} cannot train "
-            f"at {args.image_size} px, recorded as status error in {args.out}: "
-            f"{result['message']}",
-            file=sys.stderr,
-        )
-        return 0
-    totals = result["totals"]
-    print(
-        f"{args.arch} {args.precision} bs{args.batch_size} {args.image_size}px: "
-        f"{totals['ops']} ops, {totals['flops'] / 1e9:.3f} GFLOP, "
-        f"{(totals['bytes_read'] + totals['bytes_written']) / 1e9:.3f} GB moved -> {args.out}"
-    )
+    line = inventory_line(result, args.out)
+    if result["status"] == "ok":
+        print(line)
+    else:
+        print(f"op_inventory.py: {line}", file=sys.stderr)
     return 0
 
 

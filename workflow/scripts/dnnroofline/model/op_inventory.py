@@ -629,3 +629,32 @@ def failed_inventory(
         "uncounted_ops": None,
         "ops": None,
     }
+
+
+def inventory_or_failure(args: Any, precision: str) -> dict:
+    """The ops JSON of the model that ``args`` names (``study.models.add_model_args``'s
+    flags) at ``precision``; the failed record where it cannot train at that size."""
+    from dnnroofline.model.complexity import ModelCannotRun
+    from dnnroofline.study.models import model_step_kwargs
+
+    try:
+        return op_inventory(args.arch, precision=precision, **model_step_kwargs(args))
+    except ModelCannotRun as exc:
+        return failed_inventory(
+            args.arch, precision, args.batch_size, args.image_size, args.num_classes, str(exc)
+        )
+
+
+def inventory_line(result: dict, where: str) -> str:
+    """One line on what an ops JSON holds (or why the model could not train)."""
+    name = f"{result['arch']} {result['precision']} bs{result['batch_size']}"
+    if result["status"] != "ok":
+        return (
+            f"{name} cannot train at {result['image_size']} px, recorded as status error in "
+            f"{where}: {result['message']}"
+        )
+    t = result["totals"]
+    return (
+        f"{name} {result['image_size']}px: {t['ops']} ops, {t['flops'] / 1e9:.3f} GFLOP, "
+        f"{(t['bytes_read'] + t['bytes_written']) / 1e9:.3f} GB moved -> {where}"
+    )

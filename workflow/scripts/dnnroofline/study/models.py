@@ -65,6 +65,18 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def model_step_kwargs(args: argparse.Namespace) -> dict:
+    """:func:`add_model_args`'s flags (less ``--arch``) as the keyword arguments of
+    ``model.complexity.complexity`` and ``model.op_inventory.op_inventory``."""
+    return {
+        "batch_size": args.batch_size,
+        "image_size": args.image_size,
+        "num_classes": args.num_classes,
+        "factory": args.model_factory,
+        "kwargs": args.model_kwargs,
+    }
+
+
 def model_names_cache_dir() -> Path:
     """Where :func:`torchvision_classifiers` keeps its lists: the user's cache folder."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dnnroofline"
