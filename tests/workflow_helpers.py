@@ -34,7 +34,7 @@ TINY = {
     "study": {
         "models": ["resnet18", CIFAR],
         "precisions": ["fp32"],
-        "batch_sizes": [2, 4],
+        "batch_sizes": [2],
         "runs": 2,
         "warmup_iters": 1,
         "iters": 3,
