@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dnnroofline.aggregate.predictions import PREDICTION_COLUMNS
 from dnnroofline.errors import InputError
 from dnnroofline.model import transfer
 from dnnroofline.study.datasheet import gpu_by_key
@@ -173,42 +174,19 @@ def h100_predictions(tmp_path):
     path = tmp_path / "predictions.csv"
     points = [("resnet50", "amp", 256), ("resnet18", "fp32", 128), ("resnet50", "fp32", 256)]
     with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(
-            [
-                "env",
-                "model",
-                "precision",
-                "batch",
-                "method",
-                "predicted_step_s",
-                "predicted_images_per_s",
-                "interval_low_images_per_s",
-                "interval_high_images_per_s",
-                "predicted_peak_memory_bytes",
-                "device_memory_bytes",
-                "fits",
-            ]
-        )
+        w = csv.DictWriter(fh, fieldnames=PREDICTION_COLUMNS, restval="")
+        w.writeheader()
         for env, factor in (("h100", 1.0), ("h200_sxm", 0.8)):
             for m, p, b in points:
                 step = factor * b / 5000
-                w.writerow(
-                    [
-                        env,
-                        m,
-                        p,
-                        b,
-                        "model",
-                        step,
-                        b / step,
-                        0.9 * b / step,
-                        1.1 * b / step,
-                        10**9,
-                        80 * 2**30,
-                        True,
-                    ]
-                )
+                w.writerow({
+                    "env": env, "model": m, "precision": p, "batch": b, "method": "model",
+                    "predicted_step_s": step, "predicted_images_per_s": b / step,
+                    "interval_low_images_per_s": 0.9 * b / step,
+                    "interval_high_images_per_s": 1.1 * b / step,
+                    "predicted_peak_memory_bytes": 10**9, "device_memory_bytes": 80 * 2**30,
+                    "fits": True,
+                })  # fmt: skip
     return path
 
 

@@ -24,19 +24,13 @@ import pandas as pd
 
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.aggregate.inputs import key_by_identity
+from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.model.predict import check_summary
 
 CLASS_COLUMNS = ["env", "model", "precision", "batch", "group", "model_share", "ncu_share"]
-
-
-def read_csv(path: str, what: str, dtype: dict | None = None) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, dtype=dtype)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"{path}: cannot read {what} CSV: {exc}") from exc
 
 
 def read(paths: list[str]) -> list[tuple[str, object]]:

@@ -23,19 +23,13 @@ import sys
 
 import pandas as pd
 
+from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.aggregate.predictions import measured_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.model import transfer
 from dnnroofline.study import datasheet
-
-
-def read_csv(path: str, what: str, dtype: dict | None = None) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, dtype=dtype)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"{path}: cannot read {what} CSV: {exc}") from exc
 
 
 def model_rows(predictions: pd.DataFrame, env: str) -> dict[transfer.Point, dict]:

@@ -1,4 +1,4 @@
-"""Reading the study's ledgers for the plotting scripts (the I/O side of aggregate)."""
+"""Reading the study's ledgers for the entry scripts (the I/O side of aggregate)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 
 
+def read_csv(path: str, what: str, dtype: dict | None = None) -> pd.DataFrame:
+    """A ledger CSV; one that cannot be read is an InputError naming the file and what."""
+    try:
+        return pd.read_csv(path, dtype=dtype)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"{path}: cannot read {what} CSV: {exc}") from exc
+
+
 def load_points_and_ceilings(
     points_csv: str, ceilings_files: Sequence[str], env: str | None = None
 ) -> tuple[pd.DataFrame, dict[str, Mapping], dict[str, str]]:
@@ -19,10 +27,7 @@ def load_points_and_ceilings(
 
     Returns (points, {env: ceilings doc}, {env: ceilings file}).
     """
-    try:
-        points = pd.read_csv(points_csv, dtype=POINTS_DTYPES)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"{points_csv}: cannot read points CSV: {exc}") from exc
+    points = read_csv(points_csv, "points", POINTS_DTYPES)
     ceilings, sources = key_ceilings((p, read_json(p)) for p in ceilings_files)
     if env is not None:
         if env not in ceilings:

@@ -150,6 +150,22 @@ def transfer_rows(
     model's rows of ``predictions.csv`` per point (``predicted_step_s``, interval,
     memory); ``origin_measured_s``: the origin's median measured step per point;
     ``captures``: each captured origin point's ncu kernels."""
+    bandwidth_ratio = origin.mem_bw / target.mem_bw
+    habitat: dict[Point, tuple[float, str]] = {}  # per capture: its ratio and note
+
+    def habitat_of(cap: Point, precision: str) -> tuple[float, str]:
+        if cap not in habitat:
+            where = f"capture {origin_env}_{cap[0]}_{cap[1]}_bs{cap[2]}"
+            ratio, info = habitat_step_ratio(captures[cap], precision, origin, target, where)
+            habitat[cap] = (
+                ratio,
+                (
+                    f"{info['kernels']} kernels, device time x {ratio:.4f} "
+                    f"(time-weighted gamma {info['gamma_mean']:.2f})"
+                ),
+            )
+        return habitat[cap]
+
     rows = []
     for point in points:
         model, precision, batch = point
@@ -170,53 +186,58 @@ def transfer_rows(
             "origin_env": origin_env,
         }
         uncalibrated = float(t_rows["predicted_step_s"])
-        rows.append(_row(base, "model_uncalibrated", uncalibrated, batch, t_rows, 1.0, "", "", ""))
+        rows.append(_row(base, "model_uncalibrated", uncalibrated, model_row=t_rows, c=1.0))
         anchor, anchor_text = choose_anchor(point, origin_measured_s)
         if anchor is None:
             for method in ("model", "no_change", "bandwidth_ratio", "habitat"):
-                rows.append(
-                    _row(base, method, math.nan, batch, None, math.nan, "", "", anchor_text)
-                )
+                rows.append(_row(base, method, math.nan, c=math.nan, notes=anchor_text))
             continue
         c = origin_measured_s[anchor] / float(origin_model[anchor]["predicted_step_s"])
         origin_step = float(origin_model[point]["predicted_step_s"]) * c
-        rows.append(_row(base, "model", uncalibrated * c, batch, t_rows, c, anchor_text, "", ""))
-        rows.append(_row(base, "no_change", origin_step, batch, None, c, anchor_text, "", ""))
-        ratio = origin.mem_bw / target.mem_bw
-        rows.append(
-            _row(base, "bandwidth_ratio", origin_step * ratio, batch, None, c, anchor_text, "", "")
-        )
+        calibrated = {"c": c, "anchor": anchor_text}
+        rows.append(_row(base, "model", uncalibrated * c, model_row=t_rows, **calibrated))
+        rows.append(_row(base, "no_change", origin_step, **calibrated))
+        rows.append(_row(base, "bandwidth_ratio", origin_step * bandwidth_ratio, **calibrated))
         cap, cap_text = choose_anchor(point, captures)
         if cap is None:
-            rows.append(_row(base, "habitat", math.nan, batch, None, c, anchor_text, "", cap_text))
+            rows.append(_row(base, "habitat", math.nan, notes=cap_text, **calibrated))
             continue
-        where = f"capture {origin_env}_{cap[0]}_{cap[1]}_bs{cap[2]}"
-        h_ratio, info = habitat_step_ratio(captures[cap], precision, origin, target, where)
-        note = (
-            f"{info['kernels']} kernels, device time x {h_ratio:.4f} "
-            f"(time-weighted gamma {info['gamma_mean']:.2f})"
-        )
+        ratio, note = habitat_of(cap, precision)
         rows.append(
-            _row(
-                base, "habitat", origin_step * h_ratio, batch, None, c, anchor_text, cap_text, note
-            )
+            _row(base, "habitat", origin_step * ratio, capture=cap_text, notes=note, **calibrated)
         )
     return rows
 
 
-def _row(base, method, step_s, batch, model_row, c, anchor, capture, notes) -> dict:
-    row = dict(base, method=method, predicted_step_s=step_s, anchor=anchor, capture=capture)
-    row["predicted_images_per_s"] = batch / step_s if step_s > 0 else math.nan
+def _row(
+    base: dict,
+    method: str,
+    step_s: float,
+    *,
+    c: float,
+    model_row: Mapping | None = None,
+    anchor: str = "",
+    capture: str = "",
+    notes: str = "",
+) -> dict:
+    """One row of :data:`COLUMNS`; the model's interval (from ``model_row``) moves with
+    the calibration ``c``: images/s divide by it as the step time multiplies."""
     low = high = math.nan
     if model_row is not None and math.isfinite(c):
-        # the interval of images/s scales by 1/c with the step time
         low = float(model_row.get("interval_low_images_per_s", math.nan)) / c
         high = float(model_row.get("interval_high_images_per_s", math.nan)) / c
-    row["interval_low_images_per_s"] = low
-    row["interval_high_images_per_s"] = high
-    row["calibration"] = c
-    row["notes"] = notes
-    return row
+    return dict(
+        base,
+        method=method,
+        predicted_step_s=step_s,
+        predicted_images_per_s=base["batch"] / step_s if step_s > 0 else math.nan,
+        interval_low_images_per_s=low,
+        interval_high_images_per_s=high,
+        anchor=anchor,
+        capture=capture,
+        calibration=c,
+        notes=notes,
+    )
 
 
 def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) -> list[dict]:
