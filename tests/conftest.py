@@ -19,6 +19,13 @@ def measurement_lock_per_worker(tmp_path_factory):
     os.environ[PATH_ENV] = str(tmp_path_factory.getbasetemp() / "measurement.lock")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_per_session(tmp_path_factory):
+    """The session's own dnnroofline cache (dnnroofline.install_cache): each session
+    computes what it reads back, as a fresh machine does, and leaves the user's alone."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.getbasetemp() / "cache")
+
+
 # The files with tests that use tiny_study: make test (pytest -n 2) runs those tests on one
 # worker (work_unit below); the files' other tests may go to the other.
 TINY_STUDY_FILES = {"test_workflow.py", "test_report_browser.py", "test_traces.py"}

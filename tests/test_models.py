@@ -50,6 +50,43 @@ def test_wrong_output_shape_is_refused():
         check_factory("mine", "tiny_models:tiny_cnn", {"num_classes": 7}, 8, 10)
 
 
+def test_a_passed_check_is_kept_until_the_factory_or_its_entry_changes(tmp_path, monkeypatch):
+    """Every snakemake command checks its models: a passed check is kept, keyed by the
+    .py files of the factory's folder, torch's install and the entry; a failed one is not."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    calls = tmp_path / "calls"
+    (folder / "counted_models.py").write_text(
+        "from torch import nn\n"
+        "def net(num_classes=10, fail=False):\n"
+        f"    with open({str(calls)!r}, 'a') as fh:\n"
+        "        fh.write('x')\n"
+        "    if fail:\n"
+        "        raise ValueError('told to fail')\n"
+        "    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "counted_models", raising=False)
+
+    def built() -> int:
+        return len(calls.read_text()) if calls.exists() else 0
+
+    check_factory("mine", "counted_models:net", {}, 8, 10)
+    check_factory("mine", "counted_models:net", {}, 8, 10)
+    assert built() == 1  # read back
+    check_factory("mine", "counted_models:net", {}, 16, 10)  # another image size
+    assert built() == 2
+    (folder / "helpers.py").write_text("WIDTH = 4\n")  # a file beside it: checked again
+    check_factory("mine", "counted_models:net", {}, 8, 10)
+    assert built() == 3
+    for _ in range(2):  # a failed check is never kept
+        with pytest.raises(InputError, match="failed: ValueError: told to fail"):
+            check_factory("mine", "counted_models:net", {"fail": True}, 8, 10)
+    assert built() == 5
+    assert len(list((tmp_path / "cache" / "dnnroofline").glob("model_check_*.json"))) == 3
+
+
 def test_cifar_resnet_checks_computes_complexity_and_trains(tmp_path):
     factory = "examples.models.cifar_resnet:resnet18"
     check_factory("cifar_resnet18", factory, {}, 32, 10)
@@ -135,6 +172,6 @@ def test_torchvision_classifiers_are_listed_once_per_install_then_read_back(tmp_
     assert out.stdout.split() == ["True", "False"], out.stderr
     # a list kept for another install (torchvision reinstalled) is listed again
     other = json.loads(kept.read_text())
-    kept.write_text(json.dumps({"install": other["install"] + "x", "models": ["not_a_model"]}))
+    kept.write_text(json.dumps({"key": other["key"] + "x", "value": ["not_a_model"]}))
     assert torchvision_classifiers(tmp_path) == expected
-    assert json.loads(kept.read_text())["models"] == expected
+    assert json.loads(kept.read_text())["value"] == expected

@@ -18,6 +18,7 @@ import torch
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure import train, train_config
+from dnnroofline.study.models import torchvision_classifiers
 from dnnroofline.study.precisions import DEVICES, supported
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -455,14 +456,15 @@ def test_failure_message_is_type_colon_message():
     assert train_config.failure_status(RuntimeError("boom")) == ("error", "RuntimeError: boom")
 
 
-def test_suggest_archs():
-    names = train_config.known_archs()
+def test_check_arch_names_the_close_torchvision_models():
+    names = torchvision_classifiers()
     assert "resnet50" in names and "mobilenet_v2" in names
-    assert train_config.suggest_archs("resnet5", names)[0] == "resnet50"
-    assert "mobilenet_v2" in train_config.suggest_archs("mobilenetv2", names)
-    assert train_config.suggest_archs("zzzzzz", names) == []
-    with pytest.raises(InputError, match="did you mean resnet50"):
+    with pytest.raises(InputError, match=r"'resnet5': not a torchvision .*did you mean resnet50"):
         train_config.check_arch("resnet5", names)
+    with pytest.raises(InputError, match="did you mean mobilenet_v2"):
+        train_config.check_arch("mobilenetv2")  # the kept list of this install
+    with pytest.raises(InputError, match=r"'zzzzzz': not a torchvision classification model \("):
+        train_config.check_arch("zzzzzz", names)
     train_config.check_arch("resnet18", names)
 
 

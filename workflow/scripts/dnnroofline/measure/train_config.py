@@ -8,7 +8,6 @@ Pure where it can be: torch is imported lazily, so the workflow's checks stay fa
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import os
 import platform
@@ -22,7 +21,12 @@ from dnnroofline.errors import InputError
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.study import precisions
 from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
-from dnnroofline.study.models import model_kwargs_arg, refuse_kwargs_without_factory
+from dnnroofline.study.models import (
+    model_kwargs_arg,
+    refuse_kwargs_without_factory,
+    torchvision_classifiers,
+    unknown_arch_message,
+)
 
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "mps")
@@ -154,28 +158,11 @@ def failure_status(exc: BaseException) -> tuple[str, str]:
     return ("oom" if is_oom(exc) else "error"), message
 
 
-def known_archs() -> list[str]:
-    """torchvision classification model names."""
-    import torchvision
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
-
-
-def suggest_archs(name: str, names: Sequence[str], n: int = 3) -> list[str]:
-    """Close matches of a mistyped model name, best first."""
-    return difflib.get_close_matches(name, list(names), n=n, cutoff=0.6)
-
-
 def check_arch(name: str, names: Sequence[str] | None = None) -> None:
-    names = known_archs() if names is None else list(names)
-    if name in names:
-        return
-    close = suggest_archs(name, names)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise InputError(
-        f"--arch {name!r}: not a torchvision classification model{hint} "
-        f"(see torchvision.models.list_models(module=torchvision.models))"
-    )
+    """Refuse an ``--arch`` that is not one of ``names`` (default: torchvision's)."""
+    names = torchvision_classifiers() if names is None else list(names)
+    if name not in names:
+        raise InputError(unknown_arch_message(name, names))
 
 
 def parse_omp_threads(value: str | None) -> int | None:

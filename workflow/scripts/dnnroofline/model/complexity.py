@@ -74,7 +74,6 @@ are not included.
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +85,7 @@ from torch import nn
 from dnnroofline.errors import InputError
 from dnnroofline.model import traffic as tr
 from dnnroofline.model.flop_count import FlopCount, as_args, preserved_state, trace_flops
+from dnnroofline.study.models import torchvision_classifiers, unknown_arch_message
 from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, require_known
 
 SCHEMA_VERSION = 1
@@ -138,35 +138,17 @@ class ModelCannotRun(InputError):
     it as a complexity JSON with ``status: "error"``, as the driver records a failed run."""
 
 
-def available_models() -> list[str]:
-    """torchvision classification model names (the values ``--arch`` accepts)."""
-    import torchvision
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
-
-
-def unknown_model_message(arch: str, names: Sequence[str] | None = None) -> str:
-    names = available_models() if names is None else list(names)
-    close = difflib.get_close_matches(arch, names, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return (
-        f"--arch {arch!r}: not a torchvision classification model{hint} "
-        "(see torchvision.models.list_models(module=torchvision.models))"
-    )
-
-
 def build_model(arch: str, num_classes: int = 1000) -> nn.Module:
     """A randomly initialised torchvision classifier (``weights=None``: nothing is downloaded).
 
     Raises InputError for an unknown name, with close names as suggestions.
     """
-    import torchvision
-
-    names = available_models()
-    if arch not in names:
-        raise InputError(unknown_model_message(arch, names))
+    if arch not in torchvision_classifiers():
+        raise InputError(unknown_arch_message(arch))
     if not isinstance(num_classes, int) or num_classes < 1:
         raise InputError(f"--num-classes {num_classes!r}: must be a positive integer")
+    import torchvision
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # googlenet/inception init_weights notices
         return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)

@@ -47,6 +47,7 @@ from markupsafe import Markup
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.errors import InputError
 from dnnroofline.formatting import isnum
+from dnnroofline.install_cache import kept_per_install
 from dnnroofline.model import roofline
 from dnnroofline.plots.interactive_data import kernel_frame, point_frame
 from dnnroofline.plots.interactive_labels import (
@@ -470,12 +471,19 @@ def roofline_chart(
 
 
 def javascript_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one script (vl-convert ships it; no network)."""
-    import vl_convert as vlc
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert ships it; no network).
 
+    vl-convert builds it in seconds, the same for each install: it is kept per install
+    of vl-convert and Vega-Lite version (:func:`dnnroofline.install_cache.kept_per_install`)."""
     # the Vega-Lite version of Altair's schema, as vl-convert names it ("v6_4")
     vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
-    return vlc.javascript_bundle(vl_version=vl_version)
+
+    def build() -> str:
+        import vl_convert as vlc
+
+        return vlc.javascript_bundle(vl_version=vl_version)
+
+    return kept_per_install("vega_bundle", "vl_convert", build, variant=vl_version)
 
 
 def _script_safe_json(obj) -> str:

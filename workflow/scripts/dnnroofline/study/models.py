@@ -11,18 +11,19 @@ where ``examples/`` lives), the working directory or ``PYTHONPATH``, called with
 from __future__ import annotations
 
 import argparse
-import hashlib
+import difflib
 import importlib
 import importlib.util
 import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.install_cache import kept_per_install, kept_while_unchanged, package_origin
 
 # the repository root: examples.models.cifar_resnet is importable from any workdir
 WORKFLOW_ROOT = Path(__file__).resolve().parents[4]
@@ -77,40 +78,27 @@ def model_step_kwargs(args: argparse.Namespace) -> dict:
     }
 
 
-def model_names_cache_dir() -> Path:
-    """Where :func:`torchvision_classifiers` keeps its lists: the user's cache folder."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dnnroofline"
-
-
 def torchvision_classifiers(cache_dir: Path | None = None) -> list[str]:
     """torchvision's classification model names (``list_models(module=torchvision.models)``).
 
-    Importing torchvision to list them costs seconds (it pulls in torch._dynamo), and every
-    snakemake command checks the config's models: the list is kept per torchvision install
-    (its path, size and mtime) in ``cache_dir`` and read back while that install stays."""
-    spec = importlib.util.find_spec("torchvision")  # finds it, imports nothing
-    if spec is None or spec.origin is None:
-        return _list_torchvision_classifiers()  # not installed: its ImportError says so
-    installed = Path(spec.origin).stat()
-    key = f"{spec.origin}:{installed.st_size}:{installed.st_mtime_ns}"
-    cache = (cache_dir or model_names_cache_dir()) / (
-        f"torchvision_models_{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    Every snakemake command checks the config's models, and importing torchvision to list
+    them costs seconds (it pulls in torch._dynamo): the list is kept per torchvision
+    install (:func:`dnnroofline.install_cache.kept_per_install`) in ``cache_dir``."""
+    return kept_per_install(
+        "torchvision_models", "torchvision", _list_torchvision_classifiers, where=cache_dir
     )
-    try:
-        kept = json.loads(cache.read_text())
-        if kept["install"] == key:
-            return list(kept["models"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # none kept yet, or unreadable: list them again
-    names = _list_torchvision_classifiers()
-    try:  # written whole, then renamed: concurrent snakemake commands never read half
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"install": key, "models": names}))
-        partial.replace(cache)
-    except OSError:
-        pass  # a read-only home: list them again next time
-    return names
+
+
+def unknown_arch_message(arch: str, names: Sequence[str] | None = None) -> str:
+    """The error for an ``--arch`` that is not one of ``names`` (default: torchvision's
+    classifiers), naming the close ones."""
+    names = torchvision_classifiers() if names is None else list(names)
+    close = difflib.get_close_matches(arch, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return (
+        f"--arch {arch!r}: not a torchvision classification model{hint} "
+        "(see torchvision.models.list_models(module=torchvision.models))"
+    )
 
 
 def _list_torchvision_classifiers() -> list[str]:
@@ -218,7 +206,37 @@ def check_factory(
     image_size: int,
     num_classes: int,
 ) -> None:
-    """Refuse a bad ``study.models`` entry before any job: InputError naming the entry."""
+    """Refuse a bad ``study.models`` entry before any job: InputError naming the entry.
+
+    Every snakemake command checks its models, and a check costs seconds (torch, the
+    model, a forward pass): a passed check is kept while the ``.py`` files of the
+    factory's folder, torch's install and the entry's arguments stay the same
+    (:func:`dnnroofline.install_cache.kept_while_unchanged`). A failed one is kept nowhere."""
     where = f"config study.models entry {name!r} (factory {factory})"
-    model = build_custom(factory, kwargs, num_classes, where=where)
-    check_forward(model, image_size, num_classes, where)
+
+    def check() -> bool:
+        model = build_custom(factory, kwargs, num_classes, where=where)
+        check_forward(model, image_size, num_classes, where)
+        return True
+
+    sources = factory_sources(factory)
+    torch_origin = package_origin("torch")
+    if not sources or torch_origin is None:
+        check()  # nothing to key a kept check on: its errors say why
+        return
+    entry = json.dumps([factory, dict(kwargs or {}), image_size, num_classes], sort_keys=True)
+    kept_while_unchanged("model_check", [*sources, torch_origin], check, variant=entry)
+
+
+def factory_sources(factory: str) -> list[Path]:
+    """The ``.py`` files of the folder of the factory's module, found without importing the
+    module (its parent packages are imported); [] where it cannot be found."""
+    module_name = factory.partition(":")[0]
+    _import_paths()
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return []
+    return sorted(Path(spec.origin).parent.glob("*.py"))
