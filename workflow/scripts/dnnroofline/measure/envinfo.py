@@ -401,7 +401,9 @@ def _os_name() -> str:
     return platform.platform()
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """``dist``'s installed version from its metadata (importing torchvision costs seconds),
+    or None if it is not installed."""
     from importlib import metadata
 
     try:
@@ -494,7 +496,7 @@ def collect_fingerprint(env: str, device: str = "auto") -> dict:
         "ram_bytes": int(psutil.virtual_memory().total),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": _version("torchvision"),
+        "torchvision": installed_version("torchvision"),
         "packages": installed_packages(),
         "cuda": torch.version.cuda,
         "cuda_available": "cuda" in avail,

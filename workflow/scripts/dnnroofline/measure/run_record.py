@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 
 from dnnroofline.measure.ddp import dist_backend
+from dnnroofline.measure.envinfo import installed_version
 from dnnroofline.measure.train_config import (
     MAX_MESSAGE,
     OPTIMIZER,
@@ -57,11 +58,10 @@ def gpu_clocks(index: int) -> dict[str, Any] | None:
 
 def device_info(resolved: Resolved) -> dict[str, Any]:
     import torch
-    import torchvision
 
     info: dict[str, Any] = {
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": installed_version("torchvision"),
         "cuda": None,
         "cudnn": None,
         "gpu_clocks": None,

@@ -162,14 +162,15 @@ def _model_and_step(resolved: Resolved, memory_format: Any, numerics: dict[str, 
     """The model, its SGD optimizer, the training step and amp's GradScaler (or None):
     DDP-wrapped in a data-parallel rank, compiled where the env asks."""
     import torch
-    import torchvision
 
     cfg = resolved.cfg
-    if cfg.model_factory:
+    if cfg.model_factory:  # torchvision, seconds to import, only for its own models
         from dnnroofline.study.models import build_custom
 
         model = build_custom(cfg.model_factory, cfg.model_kwargs, cfg.num_classes)
     else:
+        import torchvision
+
         model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes)
     device = torch.device(resolved.device)
     model = model.to(device=device, memory_format=memory_format)
