@@ -49,6 +49,31 @@ include: "rules/plots.smk"
 include: "rules/report.smk"
 
 
+# On a Slurm cluster these run on the submitting host, not as jobs: each reads small files
+# and takes seconds, where a job can wait in the queue for minutes (and every Slurm job
+# starts Snakemake again on its node). Measurements, env_info and complexity (a model
+# built at full batch) stay Slurm jobs.
+localrules:
+    all,
+    measure,
+    study_matrix,
+    metrics,
+    roofline_points,
+    predictions,
+    prediction_check,
+    ncu_vs_analytic,
+    trace_section,
+    report_sections,
+    plot_roofline_env,
+    plot_roofline_all,
+    plot_interactive_env,
+    plot_interactive_all,
+    plot_throughput,
+    plot_parity,
+    plot_kernel_roofline,
+    plot_hierarchical_roofline,
+
+
 rule all:
     default_target: True
     input:

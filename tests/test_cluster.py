@@ -202,6 +202,24 @@ def test_study_on_slurm_measures_the_slurm_envs_with_their_nodes_cpus():
     assert local.measure_envs == ["cpu", "laptop"] and local.threads("cpu") == 2
 
 
+def local_rules() -> set[str]:
+    """The Snakefile's localrules: on a cluster they run on the submitting host."""
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", (ROOT / "Snakefile").read_text(), re.M)
+    return {name.strip(",") for name in block.group(1).split()}
+
+
+def test_every_rule_is_a_slurm_job_or_runs_on_the_submitting_host():
+    """A new analysis rule must be listed in localrules; a measurement, env_info (which
+    reads the node) and complexity (a model at full batch) must not."""
+    from test_conda_envs import rule_blocks
+
+    local = local_rules()
+    assert local >= {"all", "measure", "metrics", "report_sections", "plot_roofline_all"}
+    assert not local & (MEASUREMENTS | {"env_info", "complexity"})
+    every_rule = {name for _, name, _ in rule_blocks()} | {"all", "measure"}
+    assert every_rule - local == MEASUREMENTS | {"env_info", "complexity"}
+
+
 # ---------------------------------------------------------------- a real Slurm
 
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"
@@ -345,9 +363,11 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
         env = next((e for e in config if job["wildcards"].startswith(e + "_")), job["wildcards"])
         if job["rule"] in MEASUREMENTS | {"env_info"}:
             assert job["partition"] == config[env]["slurm"]["partition"], job
-        else:  # analysis: the profile's default partition (unset: the cluster's, debug)
-            assert job["partition"] == "debug", job
-    assert {j["rule"] for j in jobs} >= {"complexity", "metrics", "report_sections"}
+        else:  # complexity: the profile's default partition (unset: the cluster's, debug)
+            assert (job["rule"], job["partition"]) == ("complexity", "debug"), job
+    # the analysis ran on the submitting host: its localrules are no Slurm jobs
+    slurm_rules = {"env_info", "ceilings", "efficiency", "train", "complexity"}
+    assert {j["rule"] for j in jobs} == slurm_rules
 
     # no two measurements overlapped: neither their Slurm jobs nor their timed steps
     measured = sorted((j for j in jobs if j["rule"] in MEASUREMENTS), key=lambda j: j["start"])
