@@ -395,13 +395,13 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
 
     Raises InputError (the CLI exits 2 and writes nothing) naming the flag and value.
     """
-    import torch
-
     environ = dict(os.environ) if environ is None else environ
     _check_arguments(cfg)
     precisions.require_known(cfg.precision, "--precision")
     if cfg.rank is not None and not (0 <= cfg.rank < cfg.nproc and cfg.dist_store):
         raise InputError(f"--rank {cfg.rank}: needs --nproc > rank and --dist-store")
+    import torch  # seconds: after the checks of the arguments alone, which fail fast
+
     backend = resolve_backend(cfg.backend)
     settings = precision_settings(cfg.precision, backend)
     if cfg.nproc > 1 and backend == "mps":
