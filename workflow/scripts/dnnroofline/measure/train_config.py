@@ -101,16 +101,19 @@ def resolve_backend(
 ) -> str:
     """``auto`` -> cuda if available, else mps, else cpu; an explicit backend must exist.
 
-    Availability is probed lazily, so ``--backend cpu`` never initializes CUDA.
+    Availability is probed lazily, so ``--backend cpu`` never imports torch.
     """
-    import torch
 
     def cuda() -> bool:
+        import torch
+
         return torch.cuda.is_available() if cuda_available is None else cuda_available
 
     def mps() -> bool:
         if mps_available is not None:
             return mps_available
+        import torch
+
         backend = getattr(torch.backends, "mps", None)
         return bool(backend is not None and backend.is_available())
 
@@ -400,8 +403,6 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     precisions.require_known(cfg.precision, "--precision")
     if cfg.rank is not None and not (0 <= cfg.rank < cfg.nproc and cfg.dist_store):
         raise InputError(f"--rank {cfg.rank}: needs --nproc > rank and --dist-store")
-    import torch  # seconds: after the checks of the arguments alone, which fail fast
-
     backend = resolve_backend(cfg.backend)
     settings = precision_settings(cfg.precision, backend)
     if cfg.nproc > 1 and backend == "mps":
@@ -409,6 +410,8 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
             f"--nproc {cfg.nproc} on backend 'mps': data-parallel training needs one device "
             "per process, and an Apple GPU is one device"
         )
+    import torch  # seconds: after the checks that need no device, which fail fast
+
     if cfg.nproc > 1 and backend == "cuda" and torch.cuda.device_count() < cfg.nproc:
         raise InputError(
             f"--nproc {cfg.nproc} on backend 'cuda': {torch.cuda.device_count()} GPU(s) "
