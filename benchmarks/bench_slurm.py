@@ -5,14 +5,15 @@
 Needs root and Debian's Slurm (see scripts/local_slurm.sh, which this starts in a
 temporary folder and stops). Two measurements, each side by side in one run:
 
-1. The tiny study of the tests (3 models x 2 batch sizes x 2 repeats at 32 px) with two
-   CPU envs, one per partition of the one node: `snakemake --cores 2` here, then the
-   same config in a fresh folder through `--workflow-profile profiles/slurm`.
-2. One trivial job (study_matrix, which writes results/study_config.json), forced
-   `--rounds` times, alternating here and through Slurm. The difference of the wall
-   times is what Slurm adds to one job; sacct's elapsed time of the job is the part
-   spent on the node (the job's own Snakemake, started twice by the executor: once by
-   sbatch, once by srun), the rest is submission and status polling.
+1. The tiny study of the tests (workflow_helpers.TINY) with two CPU envs, one per
+   partition of the one node: `snakemake --cores 2` here, then the same config in a
+   fresh folder through `--workflow-profile profiles/slurm` (its measurements,
+   env_info and complexity as Slurm jobs, the analysis, localrules, on this host).
+2. One small Slurm job (cpu_a's env_info, which reads the machine), forced `--rounds`
+   times, alternating here and through Slurm. The difference of the wall times is what
+   Slurm adds to one job; sacct's elapsed time of the job is the part spent on the node
+   (the job's own Snakemake, started twice by the executor: once by sbatch, once by
+   srun, and the job itself), the rest is submission and status polling.
 
 The executor polls job status 1 s after submission (the tests' setting; the plugin's
 default is 40 s), then every 1 + 10k s while no job finishes.
@@ -82,7 +83,11 @@ def study(tmp: Path) -> None:
     slurm_s = snakemake(there, *SLURM, *FAST)
     jobs = jobs_of(there)
     on_node = sum(e for _, e in jobs)
-    print(f"tiny study, 2 envs: {len(jobs)} Slurm jobs")
+    points = len(TINY["study"]["models"]) * len(TINY["study"]["batch_sizes"])
+    print(
+        f"tiny study ({points} points x {TINY['study']['runs']} repeats), 2 envs: "
+        f"{len(jobs)} Slurm jobs ({', '.join(sorted({rule for rule, _ in jobs}))})"
+    )
     print(f"  here (--cores 2):        {local_s:7.1f} s")
     print(f"  through the local Slurm: {slurm_s:7.1f} s  (x{slurm_s / local_s:.2f})")
     print(f"  sum of the Slurm jobs' elapsed times: {on_node} s")
@@ -93,14 +98,14 @@ def one_job(tmp: Path, rounds: int) -> None:
     for d in (here, there):
         (d / "config").mkdir(parents=True)
         (d / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    target = ["results/study_config.json", "--forcerun", "study_matrix"]
+    target = ["results/cpu_a/env_info.json", "--forcerun", "env_info"]
     local_s, slurm_s = [], []
     for _ in range(rounds):  # alternating, so that drift hits both
         local_s.append(snakemake(here, "--cores", "1", *target))
         slurm_s.append(snakemake(there, *SLURM, *FAST, *target))
     elapsed = [e for _, e in jobs_of(there)]
     lm, sm = statistics.median(local_s), statistics.median(slurm_s)
-    print(f"one trivial job (study_matrix), median of {rounds}:")
+    print(f"one small Slurm job (cpu_a's env_info), median of {rounds}:")
     print(
         f"  here:                    {lm:6.1f} s (min {min(local_s):.1f}, max {max(local_s):.1f})"
     )
