@@ -10,6 +10,7 @@ build). Each is the same until its files change, so each is computed once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -17,6 +18,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+from dnnroofline.io import read_json_or_none, write_text_atomic
 
 T = TypeVar("T")
 
@@ -60,18 +63,12 @@ def kept_while_unchanged(
         stats.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     key = f"{';'.join(stats)}:{variant}"
     cache = (where or cache_dir()) / f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    try:
-        kept = json.loads(cache.read_text())
-        if kept["key"] == key:
-            return kept["value"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # none kept yet, or unreadable: compute it again
+    kept = read_json_or_none(cache)  # none kept yet, or unreadable: compute it again
+    if isinstance(kept, dict) and kept.get("key") == key and "value" in kept:
+        return kept["value"]
     value = compute()
-    try:  # written whole, then renamed: concurrent jobs never read half of it
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"key": key, "value": value}))
-        partial.replace(cache)
-    except OSError:
-        pass  # a read-only home: compute it again next time
+    # written whole, then renamed: concurrent jobs never read half of it; where it cannot
+    # be written (a read-only home), it is computed again next time
+    with contextlib.suppress(OSError):
+        write_text_atomic(cache, json.dumps({"key": key, "value": value}))
     return value

@@ -12,7 +12,7 @@ import functools
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.study import precisions
 from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
-from dnnroofline.study.models import (
-    model_kwargs_arg,
-    refuse_kwargs_without_factory,
-    torchvision_classifiers,
-    unknown_arch_message,
-)
+from dnnroofline.study.models import check_arch, model_kwargs_arg, refuse_kwargs_without_factory
 
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "mps")
@@ -159,13 +154,6 @@ def failure_status(exc: BaseException) -> tuple[str, str]:
         text = text[:MAX_MESSAGE] + " ...[truncated]"
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return ("oom" if is_oom(exc) else "error"), message
-
-
-def check_arch(name: str, names: Sequence[str] | None = None) -> None:
-    """Refuse an ``--arch`` that is not one of ``names`` (default: torchvision's)."""
-    names = torchvision_classifiers() if names is None else list(names)
-    if name not in names:
-        raise InputError(unknown_arch_message(name, names))
 
 
 def parse_omp_threads(value: str | None) -> int | None:

@@ -85,7 +85,7 @@ from torch import nn
 from dnnroofline.errors import InputError
 from dnnroofline.model import traffic as tr
 from dnnroofline.model.flop_count import FlopCount, as_args, preserved_state, trace_flops
-from dnnroofline.study.models import torchvision_classifiers, unknown_arch_message
+from dnnroofline.study.models import check_arch
 from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, require_known
 
 SCHEMA_VERSION = 1
@@ -143,8 +143,7 @@ def build_model(arch: str, num_classes: int = 1000) -> nn.Module:
 
     Raises InputError for an unknown name, with close names as suggestions.
     """
-    if arch not in torchvision_classifiers():
-        raise InputError(unknown_arch_message(arch))
+    check_arch(arch)
     if not isinstance(num_classes, int) or num_classes < 1:
         raise InputError(f"--num-classes {num_classes!r}: must be a positive integer")
     import torchvision

@@ -89,13 +89,15 @@ def torchvision_classifiers(cache_dir: Path | None = None) -> list[str]:
     )
 
 
-def unknown_arch_message(arch: str, names: Sequence[str] | None = None) -> str:
-    """The error for an ``--arch`` that is not one of ``names`` (default: torchvision's
+def check_arch(arch: str, names: Sequence[str] | None = None) -> None:
+    """Refuse an ``--arch`` that is not one of ``names`` (default: torchvision's
     classifiers), naming the close ones."""
     names = torchvision_classifiers() if names is None else list(names)
+    if arch in names:
+        return
     close = difflib.get_close_matches(arch, names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return (
+    raise InputError(
         f"--arch {arch!r}: not a torchvision classification model{hint} "
         "(see torchvision.models.list_models(module=torchvision.models))"
     )
