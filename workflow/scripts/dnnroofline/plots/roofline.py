@@ -28,12 +28,13 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-from matplotlib import rc_context
+from matplotlib import rc_context, rcParams
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-from matplotlib.transforms import blended_transform_factory
+from matplotlib.transforms import Bbox, blended_transform_factory
 
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.aggregate.metrics import group_summary
@@ -90,13 +91,32 @@ def _gid(*parts: object) -> str:
     return "-".join(str(p).replace(" ", "_") for p in parts)
 
 
+def tight_box(fig: Figure) -> Bbox:
+    """The figure's tight bounding box (inches, padded as savefig pads it), measured as
+    ``savefig(bbox_inches="tight", dpi=DPI)`` measures it for a PNG. A layout engine's
+    result is kept: the figure is not laid out again for each format."""
+    dpi = fig.dpi
+    fig.set_dpi(DPI)
+    FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox().padded(rcParams["savefig.pad_inches"])
+    fig.set_layout_engine("none")
+    fig.set_dpi(dpi)
+    return box
+
+
 def save_figure(fig: Figure, out_png: str | os.PathLike | None, out_svg: str | os.PathLike | None):
-    """Render ``fig`` to PNG and SVG, each via a temporary file renamed into place."""
+    """Render ``fig`` to PNG and SVG, each via a temporary file renamed into place.
+
+    Both formats take one tight box, measured once: ``bbox_inches="tight"`` would draw
+    each format twice (once to measure, once to save), and text extents measured by the
+    SVG backend differ a little from Agg's, so the two crops differed by a few points."""
+    box = tight_box(fig)
     for path, fmt, meta in ((out_png, "png", {}), (out_svg, "svg", {"Date": None})):
         if path is None:
             continue
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
+            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches=box, metadata=meta)
 
 
 # --------------------------------------------------------------------------- roofline
