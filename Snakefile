@@ -2,8 +2,7 @@
 import sys
 from pathlib import Path
 
-import yaml
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.19")
 
@@ -11,24 +10,20 @@ min_version("9.19")
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from dnnroofline.errors import InputError
-from dnnroofline.study.schema import check_integers
-from dnnroofline.study.config import check_config_files
+from dnnroofline.study.schema import checked_config
 
 
 configfile: "config/config.yaml"
 
 
-# A bad config stops here, before any job, with one line naming the key and value:
-# check_integers checks the whole schema (integers strictly, as jsonschema does not),
-# and Snakemake's validate then fills in the schema's defaults, which the rules read.
+# A bad config stops here, before any job, with one line naming the file or key and the
+# value; the schema's defaults, which the rules read, are then filled in.
 try:
-    check_config_files(workflow.configfiles, yaml.compose)
-    check_integers(
-        config, yaml.safe_load(Path(workflow.basedir, "config/schema.yaml").read_text())
+    checked_config(
+        config, Path(workflow.basedir, "config/schema.yaml"), workflow.configfiles
     )
 except InputError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
-validate(config, "config/schema.yaml", set_default=True)
 
 
 report: "report/workflow.rst"

@@ -14,13 +14,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.report import SECTION_NAMES, section_file
 from dnnroofline.report import SECTIONS as REPORT_SECTIONS
 from dnnroofline.study.precisions import PRECISIONS
-from dnnroofline.study.config import (
-    Study,
-    alternation,
-    detect_cpu_flags,
-    detect_device,
-    detect_gpu_count,
-)
+from dnnroofline.study.config import Study, alternation
 from dnnroofline.study.identity import (
     CONFIG_KEY_PATTERN,
     complexity_path,
@@ -160,13 +154,10 @@ def check_custom_models(study):
 CHECK_MODELS = not (workflow.remote_exec or workflow.subprocess_exec)
 
 try:
-    STUDY = Study(
+    STUDY = Study.here(
         config,
-        machine_device=detect_device(),
         known_models=known_models() if CHECK_MODELS else None,
-        cpu_flags=detect_cpu_flags(),
         cluster_cpus=CLUSTER_CPUS,
-        gpu_count=detect_gpu_count(),
     )
     if CHECK_MODELS:
         check_custom_models(STUDY)

@@ -31,10 +31,10 @@ BIN = Path(sys.executable).parent
 def study_matrix(configs: list[str], workdir: Path) -> lease.Matrix:
     """The measured envs, their points and run indices, as the Snakefile's STUDY has them
     for these config files (merged in order, with the schema's defaults) on this machine."""
-    from snakemake.utils import update_config, validate
+    from snakemake.utils import update_config
 
-    from dnnroofline.study.config import Study, detect_cpu_flags, detect_device, detect_gpu_count
-    from dnnroofline.study.schema import check_integers
+    from dnnroofline.study.config import Study
+    from dnnroofline.study.schema import checked_config
 
     config: dict = {}
     for path in configs:
@@ -42,20 +42,8 @@ def study_matrix(configs: list[str], workdir: Path) -> lease.Matrix:
             update_config(config, yaml.safe_load(Path(path).read_text()) or {})
         except (OSError, yaml.YAMLError) as err:
             raise InputError(f"{path}: cannot read the config: {err}") from None
-    # as the Snakefile does: one line per schema error, then the schema's defaults
-    schema = ROOT / "config" / "schema.yaml"
-    try:
-        check_integers(config, yaml.safe_load(schema.read_text()))
-    except InputError as err:
-        raise InputError(f"{' '.join(configs)}: {err}") from None
-    validate(config, str(schema), set_default=True)
-    study = Study(
-        config,
-        machine_device=detect_device(),
-        path_exists=lambda p: (workdir / p).exists(),
-        cpu_flags=detect_cpu_flags(),
-        gpu_count=detect_gpu_count(),
-    )
+    checked_config(config, ROOT / "config" / "schema.yaml", configs)
+    study = Study.here(config, path_exists=lambda p: (workdir / p).exists())
     envs = tuple(study.measure_envs)
     points = {env: tuple(c.config_key for c in study.configs([env])) for env in envs}
     runs = tuple(sorted({r.run for r in study.runs(envs)}))

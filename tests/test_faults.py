@@ -199,23 +199,29 @@ BAD_CONFIGS = {
 }
 
 
+# One of each kind of check, run through the real workflow: a file that repeats a key, the
+# schema, the models torchvision has, and this machine's cores. Every case goes through
+# the config loader that the Snakefile calls (test_bad_config_named_by_the_loader).
+WORKFLOW_CASES = ["duplicate_env_key", "float_batch", "unknown_model", "nproc_beyond_the_cores"]
+
+
 @pytest.fixture(scope="module")
 def bad_config_outcomes(tmp_path_factory):
-    """Run the real workflow (not a dry run) on every bad config, a few at a time."""
+    """Run the real workflow (not a dry run) on each of WORKFLOW_CASES, side by side."""
 
-    workdirs = {name: tmp_path_factory.mktemp(f"bad_{name}") for name in BAD_CONFIGS}
+    workdirs = {name: tmp_path_factory.mktemp(f"bad_{name}") for name in WORKFLOW_CASES}
     for name, workdir in workdirs.items():
         write_config(workdir, BAD_CONFIGS[name][0])
 
     def attempt(name):
         return snakemake(workdirs[name], "--cores", "1", check=False, timeout=300)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        procs = dict(zip(BAD_CONFIGS, pool.map(attempt, BAD_CONFIGS), strict=True))
-    return {name: (procs[name], workdirs[name]) for name in BAD_CONFIGS}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        procs = dict(zip(WORKFLOW_CASES, pool.map(attempt, WORKFLOW_CASES), strict=True))
+    return {name: (procs[name], workdirs[name]) for name in WORKFLOW_CASES}
 
 
-@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+@pytest.mark.parametrize("case", WORKFLOW_CASES)
 def test_bad_config_rejected_before_any_job(bad_config_outcomes, case):
     proc, workdir = bad_config_outcomes[case]
     out = proc.stdout + proc.stderr
@@ -224,6 +230,35 @@ def test_bad_config_rejected_before_any_job(bad_config_outcomes, case):
         assert expected in out, f"{expected!r} not in:\n{out[-2000:]}"
     assert "Traceback" not in out
     assert not (workdir / "results").exists(), "a job ran before the config was refused"
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_named_by_the_loader(case, tmp_path, monkeypatch):
+    """The Snakefile's checks, in order: checked_config, then the Study on this machine."""
+    from dnnroofline.study.config import Study
+    from dnnroofline.study.models import torchvision_classifiers
+    from dnnroofline.study.schema import checked_config
+
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path, BAD_CONFIGS[case][0]).relative_to(tmp_path)
+    config = yaml.safe_load(path.read_text())
+    with pytest.raises(InputError) as refused:
+        checked_config(config, ROOT / "config" / "schema.yaml", [path])
+        Study.here(config, known_models=torchvision_classifiers())
+    for expected in BAD_CONFIGS[case][1]:
+        assert expected in str(refused.value)
+
+
+def test_the_config_the_bad_ones_break_passes_the_loader(tmp_path, monkeypatch):
+    from dnnroofline.study.config import Study
+    from dnnroofline.study.models import torchvision_classifiers
+    from dnnroofline.study.schema import checked_config
+
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path, GOOD).relative_to(tmp_path)
+    config = checked_config(yaml.safe_load(path.read_text()), ROOT / "config/schema.yaml", [path])
+    assert config["study"]["warmup_iters"] == 1 and config["traces"]["enabled"] is True
+    assert Study.here(config, known_models=torchvision_classifiers()).measure_envs == ["local"]
 
 
 # --------------------------------------------------------------------------- the fleet study

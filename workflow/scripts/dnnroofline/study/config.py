@@ -177,6 +177,18 @@ class Study:
             config.get("predict"), self._what_if_envs(), self.models, known_models
         )
 
+    @classmethod
+    def here(cls, config: dict, **facts: Any) -> Study:
+        """The study on this machine: its device, CPU flags and GPU count detected (the
+        other facts, such as ``known_models``, as given)."""
+        return cls(
+            config,
+            machine_device=detect_device(),
+            cpu_flags=detect_cpu_flags(),
+            gpu_count=detect_gpu_count(),
+            **facts,
+        )
+
     # ---- per-env settings -------------------------------------------------
     def device(self, env: str) -> str:
         """The env's device; ``auto`` is this machine's device for envs measured here."""

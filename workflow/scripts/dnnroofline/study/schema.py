@@ -1,14 +1,33 @@
 """The config against config/schema.yaml: what jsonschema lets through, and one line
-per schema error. Used by the Snakefile only (jsonschema comes with Snakemake)."""
+per schema error. Used where a config is read: the Snakefile and scripts/gpu_lease.py
+(jsonschema comes with Snakemake)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 from dnnroofline.errors import InputError
-from dnnroofline.study.config import suggest
+from dnnroofline.study.config import check_config_files, suggest
+
+
+def checked_config(
+    config: dict, schema_path: str | os.PathLike, configfiles: Iterable[str | os.PathLike] = ()
+) -> dict:
+    """``config`` (merged from ``configfiles``) as the workflow reads it, with the schema's
+    defaults filled in; InputError, one line naming the file or key and the value, where
+    a file repeats a key or the config breaks the schema (integers strictly)."""
+    from snakemake.utils import validate
+
+    check_config_files(configfiles, yaml.compose)
+    check_integers(config, yaml.safe_load(Path(schema_path).read_text()))
+    validate(config, str(schema_path), set_default=True)
+    return config
 
 
 def check_integers(config: Any, schema: dict) -> None:
