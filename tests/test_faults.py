@@ -8,7 +8,7 @@ real stage scripts:
 * failed runs (an exception in a model, an OOM under a memory limit set here) are
   recorded, and aggregation, plots and the report still complete;
 * a pipeline killed (SIGKILL) in the middle of a timed run loses nothing, and a
-  rerun does only the unfinished work;
+  rerun does only the unfinished work; ``--forcerun`` then retries one run alone;
 * results are never filed under the wrong machine (declared CPU name, a stale
   env_info.json from another machine, a driver on another device);
 * a CUDA env on this CPU machine does not fail the study and is reported missing;
@@ -278,7 +278,7 @@ FLEET = {
         "gpu_l4": {"device": "cuda", "gpu_name": "L4"},
     },
     "measure_envs": ["local", "wide"],
-    "study": dict(STUDY, models=["resnet18", "alexnet"], batch_sizes=[2, 4], runs=1),
+    "study": dict(STUDY, models=["resnet18", "alexnet"], runs=1),
     "ceilings": {"quick": True},
     # no traces: they would run the HUGE batches outside step 1's memory limit
     "traces": {"enabled": False},
@@ -390,8 +390,7 @@ def test_cuda_env_is_missing_not_failed_on_a_cpu_machine(fleet):
     analysis = text_of(results / "report_sections" / "analysis.html")
     missing = analysis.split("Missing runs")[1]
     for model in ("resnet18", "alexnet"):
-        for batch in (2, 4):
-            assert f"gpu_l4_{model}_fp32_bs{batch}_run1" in missing
+        assert f"gpu_l4_{model}_fp32_bs2_run1" in missing
     assert "on a cuda machine (env gpu_l4)" in missing
     assert "copy that machine's results/gpu_l4/ here" in missing
     # every other env's runs are complete
@@ -488,7 +487,11 @@ KILL_ITERS = 40
 TARGET = "results/metrics.csv"  # the runs and their ledger: no plots or report, to save time
 
 
-def test_killed_pipeline_loses_nothing_and_resumes(tmp_path):
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    """A study killed (SIGKILL) in a timed run, then resumed: its files before the resume
+    and the resume's output, taken before any test changes the study."""
+    tmp_path = tmp_path_factory.mktemp("killed")
     config = {
         "envs": {"local": {"device": "cpu", "threads": 1}},
         "study": dict(STUDY, runs=3, iters=KILL_ITERS),
@@ -520,13 +523,8 @@ def test_killed_pipeline_loses_nothing_and_resumes(tmp_path):
             proc.wait()
     assert victim is not None, (tmp_path / "killed.log").read_text()[-3000:]
     time.sleep(0.5)
-
-    # No partial or corrupt output: every run JSON is whole; the victim left none.
     finished = sorted(runs.glob("*.json"))
-    assert finished and not (runs / f"{victim}.json").exists()
-    for path in finished:
-        run = json.loads(path.read_text())
-        assert run["status"] == "ok" and len(run["step_time_s"]["all"]) == KILL_ITERS
+    killed = {p: json.loads(p.read_text()) for p in finished}
     kept = snapshot(finished + [tmp_path / "results/local/env_info.json"])
 
     # Resume. After SIGKILL Snakemake's lock stays behind: the plain command says to
@@ -536,14 +534,54 @@ def test_killed_pipeline_loses_nothing_and_resumes(tmp_path):
         assert "--unlock" in resume.stdout + resume.stderr
         snakemake(tmp_path, "--unlock")
         resume = snakemake(tmp_path, "--cores", "2", TARGET)
+    return {
+        "workdir": tmp_path,
+        "victim": victim,
+        "killed": killed,
+        "resume": resume,
+        "kept_then": kept,
+        "kept_now": snapshot(kept),
+        "runs_now": {p.stem: json.loads(p.read_text()) for p in runs.glob("*.json")},
+        "metrics_now": read_csv(tmp_path / "results/metrics.csv"),
+    }
+
+
+def test_killed_pipeline_loses_nothing_and_resumes(killed_and_resumed):
+    # No partial or corrupt output: every run JSON is whole; the victim left none.
+    killed, victim = killed_and_resumed["killed"], killed_and_resumed["victim"]
+    assert killed and victim not in {p.stem for p in killed}
+    for run in killed.values():
+        assert run["status"] == "ok" and len(run["step_time_s"]["all"]) == KILL_ITERS
+
+    resume = killed_and_resumed["resume"]
     counts = job_counts(resume.stdout + resume.stderr)
-    assert counts["train"] == 3 - len(finished)
+    assert counts["train"] == 3 - len(killed)
     assert "env_info" not in counts
-    assert snapshot(kept) == kept  # finished runs: same bytes, same mtime
-    assert len(list(runs.glob("*.json"))) == 3
-    victim_run = json.loads((runs / f"{victim}.json").read_text())
-    assert victim_run["status"] == "ok" and len(victim_run["step_time_s"]["all"]) == KILL_ITERS
-    assert [r["status"] for r in read_csv(tmp_path / "results/metrics.csv")] == ["ok"] * 3
+    # finished runs: same bytes, same mtime
+    assert killed_and_resumed["kept_now"] == killed_and_resumed["kept_then"]
+    runs = killed_and_resumed["runs_now"]
+    assert len(runs) == 3
+    assert runs[victim]["status"] == "ok" and len(runs[victim]["step_time_s"]["all"]) == KILL_ITERS
+    assert [r["status"] for r in killed_and_resumed["metrics_now"]] == ["ok"] * 3
+
+
+def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(killed_and_resumed):
+    """The way docs/running.md gives to retry a run: --forcerun its JSON."""
+    workdir = killed_and_resumed["workdir"]
+    run = workdir / "results/local/runs/local_resnet18_fp32_bs2_run1.json"
+    other = workdir / "results/local/runs/local_resnet18_fp32_bs2_run2.json"
+    before = {p: json.loads(p.read_text())["start_time"] for p in (run, other)}
+    # the target first: --forcerun takes every word after it, and a target after it is
+    # forced too, leaving the default target (the whole study) to run
+    out = snakemake(workdir, "--cores", "2", TARGET,
+                    "--forcerun", str(run.relative_to(workdir)))  # fmt: skip
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts["train"] == 1 and counts["metrics"] == 1
+    assert set(counts) == {"train", "metrics", "total"}, counts  # nothing else measured
+    assert json.loads(run.read_text())["start_time"] > before[run]
+    assert json.loads(other.read_text())["start_time"] == before[other]
+    rows = {r["run_id"]: r for r in read_csv(workdir / TARGET)}
+    assert float(rows[run.stem]["start_time"]) == json.loads(run.read_text())["start_time"]
 
 
 # --------------------------------------------------------------------------- 4. wrong machine

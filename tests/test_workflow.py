@@ -195,29 +195,6 @@ def test_measure_needs_only_the_measuring_env_files():
     assert {conda[r].group(1) for r in rules} == set(MEASURE_ENV_FILES)
 
 
-def test_forcerun_retries_one_run_and_remakes_what_is_made_from_it(tmp_path):
-    """The way docs/running.md gives to retry a run: --forcerun its JSON."""
-    one = {"envs": {"local": {"device": "auto", "threads": 1}},
-           "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2]),
-           "ceilings": {"quick": True}}  # fmt: skip
-    write_config(tmp_path, one)
-    snakemake(tmp_path, "--cores", "1", "results/metrics.csv")
-    run = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run1.json"
-    other = tmp_path / "results/local/runs/local_resnet18_fp32_bs2_run2.json"
-    before = {p: json.loads(p.read_text())["start_time"] for p in (run, other)}
-    # the target first: --forcerun takes every word after it, and a target after it is
-    # forced too, leaving the default target (the whole study) to run
-    out = snakemake(tmp_path, "--cores", "1", "results/metrics.csv",
-                    "--forcerun", str(run.relative_to(tmp_path)))  # fmt: skip
-    counts = job_counts(out.stdout + out.stderr)
-    assert counts["train"] == 1 and counts["metrics"] == 1
-    assert set(counts) == {"train", "metrics", "total"}, counts  # nothing else measured
-    assert json.loads(run.read_text())["start_time"] > before[run]
-    assert json.loads(other.read_text())["start_time"] == before[other]
-    rows = {r["run_id"]: r for r in read_csv(tmp_path / "results/metrics.csv")}
-    assert float(rows[run.stem]["start_time"]) == json.loads(run.read_text())["start_time"]
-
-
 def test_tiny_study_end_to_end(tiny_study):
     results = tiny_study / "results"
     metrics = read_csv(results / "metrics.csv")
