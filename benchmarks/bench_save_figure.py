@@ -3,10 +3,10 @@
 
     python benchmarks/bench_save_figure.py [--rounds 5] [--out benchmarks/results/save_figure.json]
 
-The figures are the H100 example's (examples/h100, committed): the roofline of its
-points and the kernel roofline of resnet50 amp at batch 256 (358 kernels). Each round
-builds each figure and saves it both ways, alternating which goes first; the process CPU
-time of the saving alone is recorded. The PNGs of both ways are compared pixel for pixel.
+The figure is the H100 example's (examples/h100, committed) kernel roofline of resnet50
+amp at batch 256 (358 kernels). Each round builds it anew for each way and saves it,
+alternating which way goes first; the process CPU time of the saving alone is recorded.
+The PNGs of both ways are compared pixel for pixel.
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ from workflow_helpers import (
 from dnnroofline.aggregate.metrics import metrics_frame
 from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
+from dnnroofline.study.config import Study
+from dnnroofline.study.models import torchvision_classifiers
+from dnnroofline.study.schema import checked_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -232,33 +235,27 @@ def test_bad_config_rejected_before_any_job(bad_config_outcomes, case):
     assert not (workdir / "results").exists(), "a job ran before the config was refused"
 
 
+def load_as_the_snakefile_does(path: Path) -> tuple[dict, Study]:
+    """The config file through the Snakefile's loader: checked_config, then the Study."""
+    config = checked_config(yaml.safe_load(path.read_text()), ROOT / "config/schema.yaml", [path])
+    return config, Study.here(config, known_models=torchvision_classifiers())
+
+
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
 def test_bad_config_named_by_the_loader(case, tmp_path, monkeypatch):
-    """The Snakefile's checks, in order: checked_config, then the Study on this machine."""
-    from dnnroofline.study.config import Study
-    from dnnroofline.study.models import torchvision_classifiers
-    from dnnroofline.study.schema import checked_config
-
     monkeypatch.chdir(tmp_path)
     path = write_config(tmp_path, BAD_CONFIGS[case][0]).relative_to(tmp_path)
-    config = yaml.safe_load(path.read_text())
     with pytest.raises(InputError) as refused:
-        checked_config(config, ROOT / "config" / "schema.yaml", [path])
-        Study.here(config, known_models=torchvision_classifiers())
+        load_as_the_snakefile_does(path)
     for expected in BAD_CONFIGS[case][1]:
         assert expected in str(refused.value)
 
 
 def test_the_config_the_bad_ones_break_passes_the_loader(tmp_path, monkeypatch):
-    from dnnroofline.study.config import Study
-    from dnnroofline.study.models import torchvision_classifiers
-    from dnnroofline.study.schema import checked_config
-
     monkeypatch.chdir(tmp_path)
-    path = write_config(tmp_path, GOOD).relative_to(tmp_path)
-    config = checked_config(yaml.safe_load(path.read_text()), ROOT / "config/schema.yaml", [path])
+    config, study = load_as_the_snakefile_does(write_config(tmp_path, GOOD).relative_to(tmp_path))
     assert config["study"]["warmup_iters"] == 1 and config["traces"]["enabled"] is True
-    assert Study.here(config, known_models=torchvision_classifiers()).measure_envs == ["local"]
+    assert study.measure_envs == ["local"]
 
 
 # --------------------------------------------------------------------------- the fleet study
