@@ -10,7 +10,13 @@ import pytest
 
 from dnnroofline.errors import InputError
 from dnnroofline.model.complexity import complexity
-from dnnroofline.study.models import check_factory, model_kwargs_arg
+from dnnroofline.study.models import (
+    FAMILY_PATTERNS,
+    check_factory,
+    model_family,
+    model_kwargs_arg,
+    torchvision_classifiers,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "tests" / "data" / "models"
@@ -175,3 +181,18 @@ def test_torchvision_classifiers_are_listed_once_per_install_then_read_back(tmp_
     kept.write_text(json.dumps({"key": other["key"] + "x", "value": ["not_a_model"]}))
     assert torchvision_classifiers(tmp_path) == expected
     assert json.loads(kept.read_text())["value"] == expected
+
+
+def test_model_family_groups_torchvision_by_family_and_a_factory_model_alone():
+    assert {model_family(n) for n in ("resnet18", "resnet50", "wide_resnet50_2")} == {"resnet"}
+    assert model_family("resnext50_32x4d") == "resnet"
+    assert model_family("mobilenet_v2") == model_family("mobilenet_v3_small") == "mobilenet"
+    assert model_family("efficientnet_v2_s") == model_family("efficientnet_b0") == "efficientnet"
+    assert model_family("googlenet") == model_family("inception_v3") == "inception"
+    assert model_family("maxvit_t") == "maxvit" and model_family("vit_b_16") == "vit"
+    # a user's factory model is a family of its own, even when its name looks like one
+    assert model_family("cifar_resnet") == "cifar_resnet"
+    assert model_family("resnet_custom") == "resnet_custom"
+    # every torchvision classifier has a family of the table (a new one would say here)
+    names = torchvision_classifiers()
+    assert {model_family(n) for n in names} == set(FAMILY_PATTERNS)
