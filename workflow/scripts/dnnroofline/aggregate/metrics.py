@@ -52,6 +52,7 @@ METRICS_COLUMNS = [
     "user_s",
     "sys_s",
     "max_rss_bytes",
+    "rss_before_model_bytes",
     "peak_device_memory_bytes",
     "start_time",
     "end_time",
@@ -72,6 +73,7 @@ _METRICS_INT_NULLABLE = [
     "num_classes",
     "threads",
     "max_rss_bytes",
+    "rss_before_model_bytes",
     "peak_device_memory_bytes",
 ]
 _METRICS_INT = ["batch_size", "run", "nproc"]
@@ -166,7 +168,16 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         ),
         "contention_cpus": _contention_cpus(run, where),
     }
-    for key in ["wall_s", "user_s", "sys_s", "max_rss_bytes", "peak_device_memory_bytes"]:
+    # rss_before_model_bytes: the runtime's RSS before the model was built (null in runs
+    # recorded before it was, and in a data-parallel run's merged record)
+    for key in [
+        "wall_s",
+        "user_s",
+        "sys_s",
+        "max_rss_bytes",
+        "rss_before_model_bytes",
+        "peak_device_memory_bytes",
+    ]:
         row[key] = _num(run.get(key), f"{where}: {key}")
     for key in ["start_time", "end_time"]:
         row[key] = _num(run.get(key), f"{where}: {key}")

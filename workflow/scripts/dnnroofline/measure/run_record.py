@@ -15,6 +15,8 @@ import time
 import traceback
 from typing import Any
 
+import psutil
+
 from dnnroofline.measure.ddp import dist_backend
 from dnnroofline.measure.envinfo import installed_version
 from dnnroofline.measure.train_config import (
@@ -32,6 +34,13 @@ from dnnroofline.stats import summarize
 def rss_bytes(ru: resource.struct_rusage) -> int:
     # ru_maxrss is KiB on Linux and bytes on macOS.
     return int(ru.ru_maxrss) if sys.platform == "darwin" else int(ru.ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int:
+    """The process's resident memory now (max RSS is its peak over the whole run): taken
+    before the model is built, it is the Python and torch runtime, for the model check
+    to set the rest of the peak beside the predicted tensors."""
+    return int(psutil.Process().memory_info().rss)
 
 
 def gpu_clocks(index: int) -> dict[str, Any] | None:
@@ -134,6 +143,7 @@ def new_record(resolved: Resolved) -> dict[str, Any]:
         "user_s": None,
         "sys_s": None,
         "max_rss_bytes": None,
+        "rss_before_model_bytes": None,
         "peak_device_memory_bytes": None,
         "device_name": None,
         "threads": resolved.threads,

@@ -38,6 +38,7 @@ from dnnroofline.io import write_json_atomic
 from dnnroofline.measure import contention, ddp
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.measure.run_record import (
+    current_rss_bytes,
     device_info,
     failure_fields,
     new_record,
@@ -85,6 +86,7 @@ class Setup:
     loader: Any = None
     dataset_size: int | None = None
     scaler: Any = None  # amp's GradScaler
+    rss_before_model_bytes: int | None = None  # the runtime, before the model was built
 
     @property
     def backend(self) -> str:
@@ -159,18 +161,21 @@ def _cycle(loader: Any) -> Iterator[Any]:
 
 
 def _model_and_step(resolved: Resolved, memory_format: Any, numerics: dict[str, Any]) -> tuple:
-    """The model, its SGD optimizer, the training step and amp's GradScaler (or None):
-    DDP-wrapped in a data-parallel rank, compiled where the env asks."""
+    """The model, its SGD optimizer, the training step, amp's GradScaler (or None) and
+    the process's RSS before the model was built (the imports in it): DDP-wrapped in a
+    data-parallel rank, compiled where the env asks."""
     import torch
 
     cfg = resolved.cfg
     if cfg.model_factory:  # torchvision, seconds to import, only for its own models
         from dnnroofline.study.models import build_custom
 
+        rss_before_model = current_rss_bytes()
         model = build_custom(cfg.model_factory, cfg.model_kwargs, cfg.num_classes)
     else:
         import torchvision
 
+        rss_before_model = current_rss_bytes()
         model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes)
     device = torch.device(resolved.device)
     model = model.to(device=device, memory_format=memory_format)
@@ -196,7 +201,7 @@ def _model_and_step(resolved: Resolved, memory_format: Any, numerics: dict[str, 
     step = make_step(
         net, _loss_fn(torch.nn.CrossEntropyLoss()), optimizer, autocast_factory(settings), scaler
     )
-    return model, optimizer, step, scaler
+    return model, optimizer, step, scaler, rss_before_model
 
 
 def _synthetic_batches(resolved: Resolved, memory_format: Any) -> Callable[[], tuple[Any, Any]]:
@@ -292,7 +297,9 @@ def build(resolved: Resolved) -> Setup:
     torch.backends.cudnn.benchmark = cudnn_benchmark_setting(cfg.cudnn_benchmark, resolved.backend)
     numerics["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    model, optimizer, step, scaler = _model_and_step(resolved, memory_format, numerics)
+    model, optimizer, step, scaler, rss_before_model = _model_and_step(
+        resolved, memory_format, numerics
+    )
     loader = dataset_size = None
     if cfg.data is None:
         next_batch = _synthetic_batches(resolved, memory_format)
@@ -308,6 +315,7 @@ def build(resolved: Resolved) -> Setup:
         loader=loader,
         dataset_size=dataset_size,
         scaler=scaler,
+        rss_before_model_bytes=rss_before_model,
     )
 
 
@@ -605,6 +613,7 @@ def run(
         setup = build(resolved)
         record["numerics"] = setup.numerics
         record["dataset_images"] = setup.dataset_size
+        record["rss_before_model_bytes"] = setup.rss_before_model_bytes
         record["setup_s"] = time.monotonic() - t0
         say(f"setup done in {record['setup_s']:.3f} s")
         _time_steps(setup, record, say, instrument)
