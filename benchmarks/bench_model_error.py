@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from dnnroofline.model.predict import check_summary
+from dnnroofline.model.scoring import check_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100"

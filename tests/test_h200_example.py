@@ -45,13 +45,48 @@ def test_the_check_table_follows_from_the_prediction_and_the_runs():
             new["batch"],
             new["method"],
         )
-        assert float(old["error_pct"]) == pytest.approx(new["error_pct"], rel=1e-9)
+        for column in ("predicted_step_s", "measured_step_s", "error_pct"):
+            assert float(old[column]) == pytest.approx(new[column], rel=1e-9), column
+        assert float(old["images_per_s_error_pct"]) == pytest.approx(
+            new["images_per_s_error_pct"], rel=1e-9
+        )
         assert old["anchor"] == new["anchor"]
     assert all(math.isfinite(r["error_pct"]) for r in again)  # every point was measured
+    # the error on step time and on images/s say the same thing, in their own units:
+    # (1 + step error) x (1 + images/s error) = 1, the runs' medians aside
+    for r in again:
+        product = (1 + r["error_pct"] / 100) * (1 + r["images_per_s_error_pct"] / 100)
+        assert product == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_images_per_s_figures_are_those_the_example_was_first_checked_with():
+    """The check gained step-time columns (issue 36); its images/s columns, the figures
+    the README and the docs first quoted, are the same as before."""
+    first = {  # (model, precision, batch, method): the images/s error, as first committed
+        ("resnet18", "amp", "128", "model"): -22.397661872007937,
+        ("resnet18", "fp32", "128", "model"): 0.5,
+        ("resnet50", "amp", "128", "habitat"): 26.5,
+    }
+    rows = {
+        (r["model"], r["precision"], r["batch"], r["method"]): r
+        for r in read_rows(EXAMPLE / "prediction_check.csv")
+    }
+    for key, error in first.items():
+        assert float(rows[key]["images_per_s_error_pct"]) == pytest.approx(error, abs=0.05)
 
 
 def pct(x: float) -> str:
     return f"{x:+.1f}%"
+
+
+def both(row: dict) -> str:
+    """A point's error as the README gives it: step time, then images/s in brackets."""
+    return f"{pct(row['error_pct'])} ({pct(row['images_per_s_error_pct'])})"
+
+
+def scores(summary: dict, key: str) -> str:
+    """A method's score as the README gives it: step time, then images/s in brackets."""
+    return f"{summary[key]:.1f}% ({summary['images_per_s_' + key]:.1f}%)"
 
 
 def test_the_readmes_tables_are_the_committed_files():
@@ -69,15 +104,14 @@ def test_the_readmes_tables_are_the_committed_files():
         row = (
             f"| {model} | {precision} | {batch} | {statistics.median(ips):,.0f} "
             f"({min(ips):,.0f}–{max(ips):,.0f}) | {m['predicted_images_per_s']:,.0f} | "
-            f"{h['predicted_images_per_s']:,.0f} | {pct(m['error_pct'])} | "
-            f"{pct(h['error_pct'])} | {m['anchor']} |"
+            f"{h['predicted_images_per_s']:,.0f} | {both(m)} | {both(h)} | {m['anchor']} |"
         )
         assert row in text, row
     for entry in transfer.summary(list(check.values())):
         a, s = entry["all"], entry["same"]
         row = (
-            f"| {entry['method']} | {a['mape_pct']:.1f}% | {a['max_abs_error_pct']:.1f}% | "
-            f"{s['mape_pct']:.1f}% | {s['max_abs_error_pct']:.1f}% |"
+            f"| {entry['method']} | {scores(a, 'mape_pct')} | {scores(a, 'max_abs_error_pct')} | "
+            f"{scores(s, 'mape_pct')} | {scores(s, 'max_abs_error_pct')} |"
         )
         assert row in text, row
 

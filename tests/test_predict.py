@@ -2,8 +2,8 @@
 
 Two ops, tables of known efficiency: the step, its bound and images/s by hand, on a CPU
 (the sum) and on a GPU (the longer of device and host time); the baselines by hand;
-Kendall tau, MAPE and coverage by hand; the rule that no point predicts itself; and the
-prediction check's rows per method.
+Kendall tau, MAPE and coverage by hand, on step time and on images/s (issue 36); the
+rule that no point predicts itself; and the prediction check's rows per method.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import math
 
 import pandas as pd
 import pytest
+from scipy.stats import kendalltau
 
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.model import predict as pr
+from dnnroofline.model import scoring
 
 # Roofs: 1 TFLOP/s, 10 GB/s. A convolution: 4 GFLOP (4 ms) over 20 MB (2 ms), compute
 # bound; a ReLU: 1 MFLOP (1 us) over 40 MB (4 ms), memory bound.
@@ -170,35 +172,87 @@ def test_baselines_by_hand():
     assert pr.per_op_roofline_step_s(INVENTORY, ROOF_C, ROOF_M) == pytest.approx(0.020)
 
 
-def test_kendall_tau_by_hand():
+def test_kendall_tau_is_scipys_tau_b():
     # one swapped pair of six: (5 - 1) / 6
-    assert pr.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
-    assert pr.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert scoring.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert scoring.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     # a tie in x: tau-b = (2 - 0) / sqrt(3 x 2)
-    assert pr.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
-    assert math.isnan(pr.kendall_tau([1], [2]))
+    assert scoring.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    # ties on both sides, against scipy's own tau-b
+    xs, ys = [1, 1, 2, 3, 3, 4, 5], [2, 1, 1, 3, 4, 4, 4]
+    assert scoring.kendall_tau(xs, ys) == pytest.approx(kendalltau(xs, ys).statistic)
+    assert scoring.kendall_tau(xs, ys) != pytest.approx(kendalltau(xs, ys, variant="c").statistic)
+    assert math.isnan(scoring.kendall_tau([1], [2]))
+    assert math.isnan(scoring.kendall_tau([1, 1, 1], [1, 2, 3]))  # no order on one side
 
 
-def test_check_summary_by_hand():
+def test_errors_are_scored_on_step_time():
+    # twice too slow: the step +100%, images/s -50%; twice too fast: -50% and +100%
+    assert scoring.error_pct(0.2, 0.1) == pytest.approx(100.0)
+    assert scoring.error_pct(8 / 0.2, 8 / 0.1) == pytest.approx(-50.0)
+    assert scoring.error_pct(0.05, 0.1) == pytest.approx(-50.0)
+    assert math.isnan(scoring.error_pct(math.nan, 0.1))
+    assert math.isnan(scoring.error_pct(0.1, 0.0))
+    # an images/s interval as a step interval: the slow end of the rate is the long step
+    assert scoring.step_interval(8, 80.0, 160.0) == pytest.approx((0.05, 0.1))
+    assert scoring.step_interval(8, math.nan, 160.0) is None
+
+
+def scored_row(method, predicted_s, measured_s, inside=None, batch=8):
+    """A check row as check_rows writes it, from a predicted and a measured step."""
+    p, m = batch / predicted_s, batch / measured_s
+    return {
+        "method": method,
+        "predicted_step_s": predicted_s,
+        "measured_step_s": measured_s,
+        "error_pct": scoring.error_pct(predicted_s, measured_s),
+        "predicted_images_per_s": p,
+        "measured_images_per_s": m,
+        "images_per_s_error_pct": scoring.error_pct(p, m),
+        "in_interval": inside,
+        "images_per_s_in_interval": inside,
+    }
+
+
+def test_check_summary_by_hand_on_both_units():
     rows = [
-        {"method": "model", "predicted_images_per_s": 110.0, "measured_images_per_s": 100.0,
-         "error_pct": 10.0, "in_interval": True},
-        {"method": "model", "predicted_images_per_s": 160.0, "measured_images_per_s": 200.0,
-         "error_pct": -20.0, "in_interval": False},
-        {"method": "roofline_measured", "predicted_images_per_s": 300.0,
-         "measured_images_per_s": 100.0, "error_pct": 200.0, "in_interval": None},
-        {"method": "roofline_measured", "predicted_images_per_s": 250.0,
-         "measured_images_per_s": 200.0, "error_pct": 25.0, "in_interval": None},
-    ]  # fmt: skip
-    model, roof = pr.check_summary(rows)
-    assert model["method"] == "model" and model["n"] == 2
-    assert model["mape_pct"] == pytest.approx(15.0)
-    assert model["max_abs_error_pct"] == pytest.approx(20.0)
-    assert model["kendall_tau"] == pytest.approx(1.0)
-    assert model["coverage"] == pytest.approx(0.5)
-    assert roof["mape_pct"] == pytest.approx(112.5)
-    assert roof["kendall_tau"] == pytest.approx(-1.0)  # faster predicted for the slower one
-    assert math.isnan(roof["coverage"])
+        scored_row("model", 0.2, 0.1, True),  # step +100%, images/s -50%
+        scored_row("model", 0.1, 0.2, False),  # step -50%, images/s +100%
+        scored_row("model", 0.3, 0.25, True),  # step +20%, images/s -16.7%
+        scored_row("roofline_measured", 0.01, 0.1),  # step -90%, images/s +900%
+        scored_row("roofline_measured", 0.04, 0.2),  # step -80%, images/s +400%
+        {"method": "roofline_datasheet", "error_pct": math.nan},  # no prediction: left out
+    ]
+    model, roof = scoring.check_summary(rows)
+    assert model["method"] == "model" and model["n"] == 3
+    assert model["mape_pct"] == pytest.approx((100 + 50 + 20) / 3)
+    assert model["max_abs_error_pct"] == pytest.approx(100.0)
+    assert model["images_per_s_mape_pct"] == pytest.approx((50 + 100 + 100 / 6) / 3)
+    assert model["images_per_s_max_abs_error_pct"] == pytest.approx(100.0)
+    # predicted steps 0.2, 0.1, 0.3 against 0.1, 0.2, 0.25: the first pair is ordered
+    # the other way round, the other two pairs the same way: (2 - 1) / 3
+    assert model["kendall_tau"] == pytest.approx(1 / 3)
+    assert model["images_per_s_kendall_tau"] == pytest.approx(1 / 3)  # one batch: same order
+    assert model["coverage"] == pytest.approx(2 / 3)
+    assert model["images_per_s_coverage"] == pytest.approx(2 / 3)
+    assert roof["mape_pct"] == pytest.approx(85.0)
+    assert roof["images_per_s_mape_pct"] == pytest.approx(650.0)
+    assert math.isnan(roof["coverage"]) and math.isnan(roof["images_per_s_coverage"])
+
+
+def test_kendall_tau_differs_between_the_units_across_batches():
+    # batch 8 at 0.1 s (80 img/s) and batch 64 at 0.4 s (160 img/s): the longer step is
+    # the faster rate, so a model right on steps and wrong on rates shows in the two taus
+    rows = [
+        scored_row("model", 0.1, 0.1, batch=8),
+        scored_row("model", 0.4, 0.4, batch=64),
+        scored_row("model", 0.3, 0.2, batch=8),
+    ]
+    (model,) = scoring.check_summary(rows)
+    steps = ([0.1, 0.4, 0.3], [0.1, 0.4, 0.2])
+    rates = ([80, 160, 8 / 0.3], [80, 160, 40])
+    assert model["kendall_tau"] == pytest.approx(kendalltau(*steps).statistic)
+    assert model["images_per_s_kendall_tau"] == pytest.approx(kendalltau(*rates).statistic)
 
 
 # --------------------------------------------------------------------------- files
@@ -318,42 +372,109 @@ def test_no_point_predicts_itself(tmp_path):
         script.main([*args, "--metrics", str(metrics), "--out", str(tmp_path / "x.csv")])
 
 
-def metrics_frame(speeds, device="cpu"):
+def metrics_frame(speeds, device="cpu", batch=8, rss_before=None, **point):
+    """Runs of one point: (status, images/s) each, their median step batch / images/s."""
     return pd.DataFrame(
         [
-            {"env": "local", "model": "toy", "precision": "fp32", "batch_size": 8, "status": s,
-             "images_per_s": v, "device": device, "max_rss_bytes": 900_000_000 + i,
-             "peak_device_memory_bytes": None}
+            {"env": "local", "model": "toy", "precision": "fp32", "batch_size": batch,
+             "status": s, "images_per_s": v, "step_median_s": batch / v if v else None,
+             "device": device, "max_rss_bytes": 900_000_000 + i,
+             "rss_before_model_bytes": rss_before, "peak_device_memory_bytes": None, **point}
             for i, (s, v) in enumerate(speeds)
         ]
     )  # fmt: skip
 
 
-def test_prediction_check_rows_per_method():
-    predictions = predicted_rows()
-    # ok runs at 100, 150, 110 images/s (median 110); the failed one is not counted
-    metrics = metrics_frame([("ok", 100.0), ("ok", 150.0), ("ok", 110.0), ("error", None)])
-    rows = ap.check_rows(
-        predictions,
+def model_prediction(step=0.06405, low=math.nan, high=math.nan):
+    """The model's row of predictions.csv for POINT, as prediction_rows writes it (made
+    by hand: the check's tests stand apart from the predicting half)."""
+    env, model, precision, batch = POINT
+    return {"env": env, "model": model, "precision": precision, "batch": batch,
+            "kind": "measured", "env_source": "study", "method": "model",
+            "predicted_step_s": step, "predicted_images_per_s": batch / step,
+            "interval_low_images_per_s": low, "interval_high_images_per_s": high,
+            "notes": "toy tables"}  # fmt: skip
+
+
+def check_of(metrics, predictions=None):
+    return ap.check_rows(
+        [model_prediction()] if predictions is None else predictions,
         metrics,
         {("toy", 8): ("toy_bs8.json", COMPLEXITY)},
         {"local": ("ceilings.json", CEILINGS)},
         {("toy", "fp32", 8): ("toy_fp32_bs8_ops.json", INVENTORY)},
     )
+
+
+def model_row(rows):
+    (row,) = [r for r in rows if r["method"] == "model"]
+    return row
+
+
+def test_prediction_check_rows_per_method():
+    # ok runs at 100, 160, 80 images/s (median 100; steps 80, 50, 100 ms, median 80 ms);
+    # the failed one is not counted
+    metrics = metrics_frame([("ok", 100.0), ("ok", 160.0), ("ok", 80.0), ("error", None)])
+    rows = check_of(metrics)
     assert [r["method"] for r in rows] == list(ap.METHODS)
     by = {r["method"]: r for r in rows}
-    assert all(r["measured_images_per_s"] == 110.0 for r in rows)
+    assert all(r["measured_images_per_s"] == 100.0 for r in rows)
+    assert all(r["measured_step_s"] == pytest.approx(0.08) for r in rows)
     # datasheet roofs 2 TFLOP/s, 20 GB/s: max(5 ms, 1.5 ms); measured: max(10 ms, 3 ms)
-    assert by["roofline_datasheet"]["predicted_images_per_s"] == pytest.approx(8 / 0.005)
-    assert by["roofline_measured"]["predicted_images_per_s"] == pytest.approx(8 / 0.010)
-    assert by["per_op_roofline"]["predicted_images_per_s"] == pytest.approx(8 / 0.020)
+    assert by["roofline_datasheet"]["predicted_step_s"] == pytest.approx(0.005)
+    assert by["roofline_measured"]["predicted_step_s"] == pytest.approx(0.010)
+    assert by["per_op_roofline"]["predicted_step_s"] == pytest.approx(0.020)
+    assert by["model"]["predicted_step_s"] == pytest.approx(0.06405)
     assert by["model"]["predicted_images_per_s"] == pytest.approx(8 / 0.06405)
-    assert by["roofline_measured"]["error_pct"] == pytest.approx(100 * (800 - 110) / 110)
-    # peak memory: the complexity JSON's against the runs' highest max RSS (a CPU)
+    # errors on step time, images/s beside them: 10 ms for 80 ms is -87.5%, and 800
+    # images/s for 100 is +700%
+    assert by["roofline_measured"]["error_pct"] == pytest.approx(-87.5)
+    assert by["roofline_measured"]["images_per_s_error_pct"] == pytest.approx(700.0)
+    assert by["model"]["error_pct"] == pytest.approx(100 * (0.06405 - 0.08) / 0.08)
+    # model_loo has one point of one family on this env: no fit, and it says why
+    assert math.isnan(by["model_loo"]["predicted_step_s"])
+    assert math.isnan(by["model_loo"]["error_pct"])
+    assert by["model_loo"]["note"].startswith("no prediction: ")
+    # peak memory: the complexity JSON's against the runs' highest max RSS (a CPU; runs
+    # without the RSS before the model: the runtime is in it, and the note says so)
     assert by["model"]["measured_peak_memory_bytes"] == 900_000_002
     assert by["model"]["measured_peak_memory_source"] == "max_rss_bytes"
+    assert "runs without rss_before_model_bytes" in by["model"]["note"]
     assert by["model"]["predicted_peak_memory_bytes"] == 1_000_000_000
     assert by["model"]["in_interval"] is None and set(rows[0]) == set(ap.CHECK_COLUMNS)
+
+
+def test_a_prediction_twice_too_slow_scores_plus_100_on_step_time():
+    # the model predicts 64.05 ms; runs of 32.025 ms (twice as fast) score +100% on step
+    # time and -50% on images/s; 249.8 img/s is inside an interval of [50, 300] img/s,
+    # and its step inside [26.7, 160] ms
+    row = model_prediction(low=50.0, high=300.0)
+    speed = 8 / (0.06405 / 2)
+    model = model_row(check_of(metrics_frame([("ok", speed)]), [row]))
+    assert model["measured_step_s"] == pytest.approx(0.06405 / 2)
+    assert model["error_pct"] == pytest.approx(100.0)
+    assert model["images_per_s_error_pct"] == pytest.approx(-50.0)
+    assert model["in_interval"] is True and model["images_per_s_in_interval"] is True
+    fast = model_prediction(low=50.0, high=200.0)
+    model = model_row(check_of(metrics_frame([("ok", speed)]), [fast]))
+    # 249.8 img/s is above the interval's 200: the step, 32 ms, is under its 40 ms
+    assert model["in_interval"] is False and model["images_per_s_in_interval"] is False
+
+
+def test_a_cpu_points_measured_peak_leaves_the_runtime_out():
+    runs = metrics_frame([("ok", 100.0), ("ok", 100.0)], rss_before=600_000_000)
+    row = model_row(check_of(runs))
+    # the larger of max RSS less the RSS before the model: 900_000_001 - 600_000_000
+    assert row["measured_peak_memory_bytes"] == 300_000_001
+    assert row["measured_peak_memory_source"] == ap.RSS_ABOVE_RUNTIME
+    assert "rss_before_model" not in row["note"]
+    # on CUDA the peak device memory, whatever the RSS
+    cuda = metrics_frame([("ok", 100.0)], device="cuda:0", rss_before=600_000_000).assign(
+        peak_device_memory_bytes=5_000
+    )
+    row = model_row(check_of(cuda))
+    assert row["measured_peak_memory_bytes"] == 5_000
+    assert row["measured_peak_memory_source"] == "peak_device_memory_bytes"
 
 
 def test_check_refuses_a_measured_point_without_a_prediction():
@@ -378,25 +499,30 @@ def test_a_model_that_cannot_run_gets_a_row_without_figures():
 
 def test_check_summary_reads_interval_flags_from_a_csv(tmp_path):
     path = tmp_path / "check.csv"
-    pd.DataFrame(
-        [
-            {"method": "model", "predicted_images_per_s": 1.0, "measured_images_per_s": 1.0,
-             "error_pct": 0.0, "in_interval": True},
-            {"method": "model", "predicted_images_per_s": 2.0, "measured_images_per_s": 1.0,
-             "error_pct": 100.0, "in_interval": None},
-        ]
-    ).to_csv(path, index=False)  # fmt: skip
-    (model,) = pr.check_summary(pd.read_csv(path).to_dict("records"))
+    pd.DataFrame([scored_row("model", 0.1, 0.1, True), scored_row("model", 0.2, 0.1, None)]).to_csv(
+        path, index=False
+    )
+    (model,) = scoring.check_summary(pd.read_csv(path).to_dict("records"))
     assert model["coverage"] == 1.0 and model["n"] == 2
+    assert model["images_per_s_coverage"] == 1.0
 
 
 def test_check_refuses_runs_of_another_image_size():
     metrics = metrics_frame([("ok", 100.0)]).assign(image_size=128, run_id="r1")
     with pytest.raises(InputError, match="image_size 128"):
         ap.check_rows(
-            predicted_rows(),
+            [model_prediction()],
             metrics,
             {("toy", 8): ("c", {**COMPLEXITY, "image_size": 224})},
             {"local": ("ceilings.json", CEILINGS)},
             {("toy", "fp32", 8): ("i", INVENTORY)},
         )
+
+
+def test_a_point_the_model_could_not_predict_keeps_its_reason_in_the_check():
+    unpredicted = {**model_prediction(), "predicted_step_s": math.nan,
+                   "predicted_images_per_s": math.nan,
+                   "notes": "no prediction: toy_ops.json: too small for its kernels"}  # fmt: skip
+    row = model_row(check_of(metrics_frame([("ok", 100.0)]), [unpredicted]))
+    assert math.isnan(row["error_pct"]) and math.isnan(row["images_per_s_error_pct"])
+    assert row["note"].startswith("no prediction: toy_ops.json: too small for its kernels")

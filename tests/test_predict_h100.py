@@ -100,12 +100,18 @@ def test_every_method_checked_with_a_finite_error(h100):
     assert len(check) == len(POINTS) * len(ap.METHODS)
     for _, rows in check.groupby(["model", "precision", "batch"]):
         assert list(rows["method"]) == list(ap.METHODS)
-    assert check["error_pct"].map(math.isfinite).all()
+    # model_loo learns from other model families: the H100 measured resnets alone
+    loo = check["method"] == "model_loo"
+    assert check.loc[~loo, "error_pct"].map(math.isfinite).all()
+    assert check.loc[~loo, "images_per_s_error_pct"].map(math.isfinite).all()
+    assert check.loc[loo, "error_pct"].isna().all()
+    assert check.loc[loo, "note"].str.startswith("no prediction: ").all()
     # measured: the median of the three ok runs in metrics.csv, on CUDA its device memory
     metrics = pd.read_csv(EXAMPLE / "metrics.csv")
     r18 = metrics[(metrics["model"] == "resnet18") & (metrics["precision"] == "fp32")]
     row = check[(check["model"] == "resnet18") & (check["precision"] == "fp32")].iloc[0]
     assert row["measured_images_per_s"] == pytest.approx(r18["images_per_s"].median())
+    assert row["measured_step_s"] == pytest.approx(r18["step_median_s"].median())
     assert row["measured_peak_memory_bytes"] == r18["peak_device_memory_bytes"].max()
     assert (check["measured_peak_memory_source"] == "peak_device_memory_bytes").all()
 

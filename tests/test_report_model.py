@@ -1,13 +1,16 @@
-"""The model's report page (issue 28, items 4 and 5): the check per method, the parity
-plot, the model's error per point and the what-ifs, marked predicted, not measured."""
+"""The model's report page (issue 28, items 4 and 5): the check per method, on step time
+and on images/s (issue 36), the parity plot, the model's error per point and the
+what-ifs, marked predicted, not measured."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from matplotlib.collections import PolyCollection
 from report_fixtures import make_config, make_metrics, make_points, table_row
@@ -20,30 +23,38 @@ REPO = Path(__file__).resolve().parents[1]
 POINT = {"env": "local", "precision": "fp32"}
 
 
-def check_row(model, batch, method, predicted, measured, in_interval=None, memory=None):
+def check_row(model, batch, method, predicted_s, measured_s, in_interval=None, memory=None):
+    """A row of prediction_check.csv from a predicted and a measured step (seconds)."""
+    predicted, measured = batch / predicted_s, batch / measured_s
     return {
         **POINT,
         "model": model,
         "batch": batch,
         "method": method,
+        "predicted_step_s": predicted_s,
+        "measured_step_s": measured_s,
+        "error_pct": 100 * (predicted_s - measured_s) / measured_s,
         "predicted_images_per_s": predicted,
         "measured_images_per_s": measured,
-        "error_pct": 100 * (predicted - measured) / measured,
+        "images_per_s_error_pct": 100 * (predicted - measured) / measured,
         "predicted_peak_memory_bytes": memory,
         "measured_peak_memory_bytes": 2.0e9 if memory else None,
+        "measured_peak_memory_source": "max_rss_bytes-rss_before_model" if memory else None,
         "in_interval": in_interval,
+        "images_per_s_in_interval": in_interval,
     }
 
 
 def make_check() -> pd.DataFrame:
-    """Three measured points: the model off by -10%, +20% and +5%; one baseline."""
+    """Three measured points: the model's step off by +10%, -20% and +5% (images/s
+    -9.1%, +25%, -4.8%); one baseline, each step a third or a half of the measured."""
     rows = [
-        check_row("resnet50", 8, "model", 18.0, 20.0, True, 1.5e9),
-        check_row("resnet50", 16, "model", 28.8, 24.0, False, 2.5e9),
-        check_row("mobilenet_v2", 8, "model", 52.5, 50.0, True, 1.0e9),
-        check_row("resnet50", 8, "roofline_measured", 60.0, 20.0),
-        check_row("resnet50", 16, "roofline_measured", 48.0, 24.0),
-        check_row("mobilenet_v2", 8, "roofline_measured", 150.0, 50.0),
+        check_row("resnet50", 8, "model", 0.44, 0.4, True, 1.5e9),
+        check_row("resnet50", 16, "model", 0.64, 0.8, False, 2.5e9),
+        check_row("mobilenet_v2", 8, "model", 0.168, 0.16, True, 1.0e9),
+        check_row("resnet50", 8, "roofline_measured", 0.4 / 3, 0.4),
+        check_row("resnet50", 16, "roofline_measured", 0.4, 0.8),
+        check_row("mobilenet_v2", 8, "roofline_measured", 0.16 / 3, 0.16),
     ]
     return pd.DataFrame(rows)
 
@@ -104,18 +115,30 @@ def test_the_page_gives_each_method_its_error_from_the_check(tmp_path):
         written_as_csv(make_check(), tmp_path, "c.csv"),
         None,
     )
-    # the model: |errors| 10, 20 and 5 -> MAPE 11.7%, max 20.0%; ranks agree (tau 1);
-    # 2 of 3 inside their interval. The baseline: +200%, +100%, +200%; no interval.
-    model = table_row(html, "model", "3")
-    assert "11.7%" in model and "20.0%" in model and "1.00" in model and "67%" in model
-    baseline = table_row(html, "roofline_measured", "3")
-    assert "166.7%" in baseline and "200.0%" in baseline and "no interval" in baseline
+    # the model on step time: |errors| 10, 20 and 5 -> MAPE 11.7%, max 20.0%; the steps
+    # rank as the runs' (tau 1); 2 of 3 inside their interval. On images/s: |errors|
+    # 9.1, 25 and 4.8 -> MAPE 13.0%, max 25.0%; the two resnet50 points ran at the same
+    # 20 img/s, a tie: tau-b 2 / sqrt(3 x 2) = 0.82
+    model = cells(table_row(html, "model", "3"))
+    assert model[2:] == ["11.7%", "20.0%", "1.00", "67%", "13.0%", "25.0%", "0.82", "67%"]
+    # the baseline: steps -66.7%, -50%, -66.7% (images/s +200%, +100%, +200%); no interval
+    baseline = cells(table_row(html, "roofline_measured", "3"))
+    assert baseline[2:4] == ["61.1%", "66.7%"] and baseline[6:8] == ["166.7%", "200.0%"]
+    assert baseline[5] == baseline[9] == "– (no interval)"
     assert html.index(">roofline_measured<") < html.index(">model<")  # baselines first
     # the model's error per point, with its memory; the baseline's rows are not listed
-    point = table_row(html, "local", "resnet50", "fp32", "16")
-    assert "28.8 img/s" in point and "24.0 img/s" in point and "+20.0%" in point
-    assert "<td>no</td>" in point and "2.50 GB" in point
-    assert "The model's worst point: local resnet50 fp32 batch 16, +20.0%" in html
+    point = cells(table_row(html, "local", "resnet50", "fp32", "16"))
+    assert point[4:10] == ["640 ms", "800 ms", "-20.0%", "25.0 img/s", "20.0 img/s", "+25.0%"]
+    assert point[10] == "no" and point[12] == "2.00 GB" and point[11] == "2.50 GB"
+    assert point[13] == "max_rss_bytes-rss_before_model"
+    assert (
+        "The model's worst point: local resnet50 fp32 batch 16, -20.0% on step time "
+        "(+25.0% on images/s)" in html
+    )
+
+
+def cells(tr: str) -> list[str]:
+    return re.findall(r"<td[^>]*>(.*?)</td>", tr, flags=re.S)
 
 
 def test_the_what_ifs_are_marked_predicted_not_measured(tmp_path):
@@ -166,8 +189,10 @@ def test_the_parity_plot_has_the_identity_line_the_band_and_a_marker_per_method(
     assert set(markers) == {"parity-roofline_measured", "parity-model"}
     assert markers["parity-model"].get_marker() != markers["parity-roofline_measured"].get_marker()
     model = markers["parity-model"]
-    assert list(model.get_xdata()) == [20.0, 24.0, 50.0]  # measured on x
-    assert list(model.get_ydata()) == [18.0, 28.8, 52.5]  # predicted on y
+    # step time in ms: measured on x, predicted on y
+    assert list(model.get_xdata()) == pytest.approx([400.0, 800.0, 160.0])
+    assert list(model.get_ydata()) == pytest.approx([440.0, 640.0, 168.0])
+    assert "step time" in ax.get_xlabel() and "ms" in ax.get_ylabel()
 
 
 def test_the_cli_writes_the_parity_svg_and_the_model_page(tmp_path):
@@ -200,7 +225,7 @@ def test_the_cli_writes_the_parity_svg_and_the_model_page(tmp_path):
     assert report.returncode == 0, report.stderr
     page = (out / "model.html").read_text()
     assert "data:image/svg+xml;base64," in page and "Predicted, not measured." in page
-    assert "11.7%" in table_row(page, "model", "3")
+    assert cells(table_row(page, "model", "3"))[2] == "11.7%"
 
 
 def test_summarize_study_prints_the_models_error_per_point(tmp_path):
@@ -217,11 +242,22 @@ def test_summarize_study_prints_the_models_error_per_point(tmp_path):
     assert after.returncode == 0, after.stderr
     lines = after.stdout.splitlines()
     start = lines.index(
-        "the model's prediction of each point (images/s; no point predicted from its own runs):"
+        "the model's prediction of each point (step time and images/s; no point predicted "
+        "from its own runs):"
     )
-    assert lines[start + 1].split() == [
-        "env", "model", "precision", "batch", "predicted", "measured", "error"
+    assert [c.strip() for c in re.split(r"  +", lines[start + 1])] == [
+        "env", "model", "precision", "batch", "predicted step", "measured step", "step error",
+        "predicted images/s", "measured images/s", "images/s error",
     ]  # fmt: skip
-    assert lines[start + 2].split() == ["local", "resnet50", "fp32", "8", "18.0", "20.0", "-10.0%"]
-    assert lines[start + 3].split()[-1] == "+20.0%" and lines[start + 4].split()[-1] == "+5.0%"
-    assert lines[start + 5] == "MAPE over the points: model 11.7%, roofline_measured 166.7%"
+    assert lines[start + 2].split() == [
+        "local", "resnet50", "fp32", "8", "440", "ms", "400", "ms", "+10.0%", "18.2", "20.0",
+        "-9.1%",
+    ]  # fmt: skip
+    assert lines[start + 3].split()[-1] == "+25.0%" and lines[start + 4].split()[-1] == "-4.8%"
+    assert lines[start + 3].split()[8] == "-20.0%"
+    assert (
+        lines[start + 5] == "MAPE over the points, step time: model 11.7%, roofline_measured 61.1%"
+    )
+    assert lines[start + 6] == (
+        "MAPE over the points, images/s: model 13.0%, roofline_measured 166.7%"
+    )

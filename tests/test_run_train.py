@@ -99,6 +99,7 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     assert load["other_processes_cpus"] >= 0 and load["wall_s"] > 0
     assert rec["peak_device_memory_bytes"] is None
     assert rec["max_rss_bytes"] > 100e6  # a torch process; ru_maxrss KiB scaled to bytes
+    assert_the_check_leaves_the_runtime_out(rec)
     assert rec["user_s"] > 0
     assert rec["device_name"]
     # Synthetic data lives on the device: no loader, the wait is only the clock reads.
@@ -106,6 +107,21 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     # Progress went to stderr; nothing but the JSON file was left in the folder.
     assert "warm-up" in proc.stderr and "images/s" in proc.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def assert_the_check_leaves_the_runtime_out(rec):
+    """The RSS before the model was built is the runtime (torch imported: 100s of MB),
+    under the peak; the check's measured peak on a CPU is the rest (issue 36, point 7)."""
+    from dnnroofline.aggregate.metrics import metrics_frame
+    from dnnroofline.aggregate.predictions import RSS_ABOVE_RUNTIME, measured_points
+
+    before = rec["rss_before_model_bytes"]
+    assert 100e6 < before < rec["max_rss_bytes"]
+    runs = metrics_frame([rec])
+    assert int(runs["rss_before_model_bytes"].iloc[0]) == before
+    (point,) = measured_points(runs).values()
+    assert point["peak_memory"] == rec["max_rss_bytes"] - before
+    assert point["peak_memory_source"] == RSS_ABOVE_RUNTIME and not point["peak_memory_note"]
 
 
 def test_cli_bf16_on_cpu_runs(tmp_path, monkeypatch):

@@ -134,9 +134,10 @@ def test_the_check_has_prediction_checks_columns_and_names_what_was_not_measured
             "precision": "amp",
             "batch": 128,
             "method": "model",
-            "predicted_images_per_s": 110.0,
-            "interval_low_images_per_s": 90.0,
-            "interval_high_images_per_s": 120.0,
+            "predicted_step_s": 1.6,  # 80 images/s
+            "predicted_images_per_s": 80.0,
+            "interval_low_images_per_s": 60.0,  # a step of 2.133 s
+            "interval_high_images_per_s": 120.0,  # 1.067 s
             "predicted_peak_memory_bytes": 5,
             "notes": "",
         },
@@ -146,6 +147,7 @@ def test_the_check_has_prediction_checks_columns_and_names_what_was_not_measured
             "precision": "amp",
             "batch": 256,
             "method": "model",
+            "predicted_step_s": 5.12,
             "predicted_images_per_s": 50.0,
             "interval_low_images_per_s": math.nan,
             "interval_high_images_per_s": math.nan,
@@ -154,18 +156,26 @@ def test_the_check_has_prediction_checks_columns_and_names_what_was_not_measured
     ]
     measured = {
         ("r18", "amp", 128): {
-            "images_per_s": 100.0,
+            "step_s": 0.8,  # twice as fast as predicted
+            "images_per_s": 160.0,
             "peak_memory": 7,
             "peak_memory_source": "peak_device_memory_bytes",
         }
     }
     rows = transfer.check_rows(predicted, measured)
     assert list(rows[0]) == [*CHECK_COLUMNS, "anchor"]
-    assert rows[0]["error_pct"] == pytest.approx(10.0)
-    assert rows[0]["in_interval"] is True
+    # a step twice too long: +100% on step time, -50% on images/s
+    assert rows[0]["error_pct"] == pytest.approx(100.0)
+    assert rows[0]["images_per_s_error_pct"] == pytest.approx(-50.0)
+    assert rows[0]["measured_step_s"] == 0.8 and rows[0]["predicted_step_s"] == 1.6
+    # 0.8 s is under the interval's 1.067 s, as 160 images/s is over its 120
+    assert rows[0]["in_interval"] is False and rows[0]["images_per_s_in_interval"] is False
     assert rows[0]["measured_peak_memory_bytes"] == 7
-    assert math.isnan(rows[1]["error_pct"])
+    assert math.isnan(rows[1]["error_pct"]) and math.isnan(rows[1]["images_per_s_error_pct"])
     assert rows[1]["note"] == "not measured on the target"
+    measured[("r18", "amp", 128)] |= {"step_s": 1.5, "images_per_s": 128 / 1.5}
+    (inside, _) = transfer.check_rows(predicted, measured)
+    assert inside["in_interval"] is True and inside["images_per_s_in_interval"] is True
 
 
 def h100_predictions(tmp_path):

@@ -8,11 +8,13 @@
         --out results/prediction_check.csv
 
 One row per measured point (an ok run in metrics.csv) and method: roofline_datasheet,
-roofline_measured, per_op_roofline (from the complexity JSONs, ceilings and inventories)
-and model (from predictions.csv). Measured images/s: the median over the point's ok
-runs. With ``--ncu``, ``--classes-out`` gets the model's share of device time by class
-group beside each capture's kernel time by class. The summary per method (MAPE, max
-error, Kendall tau, coverage) is printed.
+roofline_measured, per_op_roofline (from the complexity JSONs, ceilings and inventories),
+model (from predictions.csv) and model_loo (the model's device and host times rescaled
+on the env's runs of other model families). Measured: the medians over the point's ok
+runs of their median step and of their images/s; errors on step time, and on images/s
+beside them. With ``--ncu``, ``--classes-out`` gets the model's share of device time by
+class group beside each capture's kernel time by class. The summary per method (MAPE,
+max error, Kendall tau, coverage) is printed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model.predict import check_summary
+from dnnroofline.model.scoring import check_summary
 
 CLASS_COLUMNS = ["env", "model", "precision", "batch", "group", "model_share", "ncu_share"]
 
@@ -84,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     for s in check_summary(check.to_dict("records")):
         print(
-            f"check_predictions: {s['method']}: n {s['n']}, MAPE {s['mape_pct']:.1f}%, "
-            f"max |error| {s['max_abs_error_pct']:.1f}%, Kendall tau {s['kendall_tau']:.2f}, "
-            f"coverage {s['coverage']:.2f}",
+            f"check_predictions: {s['method']}: n {s['n']}, step time: MAPE "
+            f"{s['mape_pct']:.1f}%, max |error| {s['max_abs_error_pct']:.1f}%, Kendall tau "
+            f"{s['kendall_tau']:.2f}, coverage {s['coverage']:.2f}; images/s: MAPE "
+            f"{s['images_per_s_mape_pct']:.1f}%, max |error| "
+            f"{s['images_per_s_max_abs_error_pct']:.1f}%",
             file=sys.stderr,
         )
     return 0

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Plot the model's check: predicted against measured images/s, one marker per method.
+"""Plot the model's check: predicted against measured step time, one marker per method.
 
     python workflow/scripts/plot_parity.py --check results/prediction_check.csv \
         --svg results/plots/prediction_parity.svg [--png prediction_parity.png]
 
-Log-log, with the y = x line and a ±10% band (dnnroofline.plots.parity).
+Log-log in milliseconds, with the y = x line and a ±10% band (dnnroofline.plots.parity).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 
 from dnnroofline.errors import InputError
-from dnnroofline.plots.parity import plot_parity
+from dnnroofline.plots.parity import COLUMNS, plot_parity
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             check = pd.DataFrame()  # nothing measured yet: an empty frame says so
         except (OSError, pd.errors.ParserError) as exc:
             raise InputError(f"--check: cannot read {args.check}: {exc}") from exc
-        missing = {"method", "predicted_images_per_s", "measured_images_per_s"} - set(check)
+        missing = {"method", *COLUMNS} - set(check)
         if len(check) and missing:
             raise InputError(f"--check: {args.check} lacks column(s) {', '.join(sorted(missing))}")
         drawn = plot_parity(check.to_dict("records"), args.svg, args.png)

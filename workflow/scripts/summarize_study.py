@@ -7,7 +7,7 @@ The rows of the report's "At a glance" table: images/s, GFLOP/s, AI and its sour
 bound (``host (busy N%)`` where the device idles much of the step, with its kernel-busy
 share), share of the roof and what would move the point. Then, where the study has
 its ``prediction_check.csv`` (in ``--results``), the model's error per point and each
-method's MAPE. Exit 2 when a table cannot be read.
+method's MAPE, on step time and on images/s. Exit 2 when a table cannot be read.
 """
 
 from __future__ import annotations

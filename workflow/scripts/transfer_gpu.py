@@ -12,8 +12,9 @@
 (its ``predict:`` what-ifs), by the model calibrated on the origin's runs and by three
 baselines (``dnnroofline.model.transfer``). It reads no run of the target. ``check``: one
 row per point and method with the columns of prediction_check.csv and the point's anchor;
-each method's MAPE, maximum error and Kendall tau printed over every point and over the
-points the origin measured itself (anchor "this point": the transfer alone).
+each method's MAPE, maximum error (on step time, on images/s in brackets) and Kendall tau
+printed over every point and over the points the origin measured itself (anchor "this
+point": the transfer alone).
 """
 
 from __future__ import annotations
@@ -101,6 +102,15 @@ def check(args: argparse.Namespace) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def scored(s: dict) -> str:
+    """One method's scores (dnnroofline.model.scoring.check_summary) on one line."""
+    return (
+        f"n={s['n']} MAPE {s['mape_pct']:.1f}% ({s['images_per_s_mape_pct']:.1f}%) "
+        f"max {s['max_abs_error_pct']:.1f}% ({s['images_per_s_max_abs_error_pct']:.1f}%) "
+        f"tau {s['kendall_tau']:.2f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -126,17 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     with atomic_path(args.out) as tmp:
         table.to_csv(tmp, index=False)
     if args.command == "check":
-        print("method: over every point | over the points the origin measured")
+        print(
+            "method: errors on step time (on images/s) over every point | over the points "
+            "the origin measured"
+        )
         for entry in transfer.summary(table.to_dict("records")):
-            print(
-                f"{entry['method']:>20}: "
-                + " | ".join(
-                    f"n={s['n']} MAPE {s['mape_pct']:.1f}% max {s['max_abs_error_pct']:.1f}% "
-                    f"tau {s['kendall_tau']:.2f}"
-                    for s in (entry["all"], entry["same"])
-                    if s
-                )
-            )
+            scores = (scored(s) for s in (entry["all"], entry["same"]) if s)
+            print(f"{entry['method']:>20}: " + " | ".join(scores))
     print(f"transfer_gpu: {len(table)} rows -> {args.out}")
     return 0
 

@@ -7,9 +7,11 @@ Two halves, kept apart on purpose:
   efficiency tables and env infos. It takes no metrics and no runs: no point can
   predict itself from its own measurements.
 * :func:`check_rows` -> ``results/prediction_check.csv``: each measured point against
-  the model and the baselines (:data:`METHODS`), with its median measured images/s
-  and its measured peak memory; :func:`class_comparison_rows` sets the model's share
-  of step time by op class beside ncu's kernel time by class.
+  the model, ``model_loo`` (the model rescaled on other families' runs,
+  :mod:`dnnroofline.model.loo`) and the baselines (:data:`METHODS`), its error on step
+  time and on images/s (:mod:`dnnroofline.model.scoring`), and its measured peak
+  memory; :func:`class_comparison_rows` sets the model's share of step time by op
+  class beside ncu's kernel time by class.
 
 No file I/O: the entry scripts (``predict.py``, ``check_predictions.py``) read and write.
 """
@@ -25,6 +27,7 @@ import pandas as pd
 from dnnroofline.aggregate.inputs import check_runs_match_complexity
 from dnnroofline.errors import InputError
 from dnnroofline.model import efficiency_tables as et
+from dnnroofline.model import loo, scoring
 from dnnroofline.model import predict as pr
 from dnnroofline.model.op_classes import OP_CLASSES
 from dnnroofline.model.roofline import parse_roofs, precision_aliases
@@ -60,17 +63,25 @@ CHECK_COLUMNS = [
     "precision",
     "batch",
     "method",
+    "predicted_step_s",
+    "measured_step_s",
+    "error_pct",
     "predicted_images_per_s",
     "measured_images_per_s",
-    "error_pct",
+    "images_per_s_error_pct",
     "predicted_peak_memory_bytes",
     "measured_peak_memory_bytes",
     "measured_peak_memory_source",
     "in_interval",
+    "images_per_s_in_interval",
     "note",
 ]
 BASELINES = ("roofline_datasheet", "roofline_measured", "per_op_roofline")
-METHODS = (*BASELINES, "model")
+#: Baselines first, then the model rescaled on other families' runs, the model last.
+METHODS = (*BASELINES, loo.NAME, "model")
+#: The measured peak on a CPU: the process's max RSS less its RSS before the model was
+#: built (the Python and torch runtime), to set beside the predicted tensors' peak.
+RSS_ABOVE_RUNTIME = "max_rss_bytes-rss_before_model"
 #: The groups op classes and kernel classes are compared in: a kernel's name tells its
 #: op class only this finely (a reduction and an elementwise kernel share names).
 CLASS_GROUPS = {
@@ -439,49 +450,117 @@ def baseline_step_s(
     return pr.roofline_step_s(flops, nbytes, peak, bw)
 
 
+def measured_peak_memory(runs: pd.DataFrame, device: str) -> tuple[int | None, str, str]:
+    """(highest peak over the runs, what it is, a note) of one point's ok runs. CUDA:
+    peak device memory. Elsewhere: max RSS less the RSS before the model was built
+    (:data:`RSS_ABOVE_RUNTIME`), or, for runs recorded before that field, max RSS with
+    the runtime in it, and a note saying so."""
+
+    def column(name: str) -> pd.Series:
+        values = runs[name] if name in runs else pd.Series(math.nan, index=runs.index)
+        return pd.to_numeric(values, errors="coerce")
+
+    if device.startswith("cuda"):
+        peak, source, note = (
+            column("peak_device_memory_bytes").max(),
+            "peak_device_memory_bytes",
+            "",
+        )
+    elif len(above := (column("max_rss_bytes") - column("rss_before_model_bytes")).dropna()):
+        peak, source, note = above.max(), RSS_ABOVE_RUNTIME, ""
+    else:
+        peak, source = column("max_rss_bytes").max(), "max_rss_bytes"
+        note = (
+            "runs without rss_before_model_bytes: measured peak memory is the process's "
+            "max RSS, the Python and torch runtime in it"
+        )
+    return (None if pd.isna(peak) else int(peak)), source, note
+
+
 def measured_points(metrics: pd.DataFrame) -> dict[Point, dict]:
-    """Per point with an ok run: median images/s over its ok runs, and its highest peak
-    memory (CUDA: peak device memory; a CPU: the process's max RSS), with the column read."""
+    """Per point with an ok run: the median over its ok runs of their median step
+    (``step_s``) and of their images/s, the runs' device, and their highest peak memory
+    with the column read (:func:`measured_peak_memory`)."""
     ok = metrics[metrics["status"] == "ok"]
     out: dict[Point, dict] = {}
     for (env, model, precision, batch), runs in ok.groupby(
         ["env", "model", "precision", "batch_size"], sort=True
     ):
         device = str(runs["device"].iloc[0]) if "device" in runs else ""
-        column = "peak_device_memory_bytes" if device.startswith("cuda") else "max_rss_bytes"
-        memory = pd.to_numeric(runs[column], errors="coerce").max() if column in runs else math.nan
+        peak, source, note = measured_peak_memory(runs, device)
         out[(env, model, precision, int(batch))] = {
+            "step_s": float(pd.to_numeric(runs["step_median_s"], errors="coerce").median()),
             "images_per_s": float(runs["images_per_s"].median()),
-            "peak_memory": None if pd.isna(memory) else int(memory),
-            "peak_memory_source": column,
+            "device": device,
+            "peak_memory": peak,
+            "peak_memory_source": source,
+            "peak_memory_note": note,
         }
     return out
+
+
+def model_loo_steps(
+    measured: Mapping[Point, Mapping], model_rows: Mapping[Point, Mapping]
+) -> dict[Point, tuple[float, str]]:
+    """Per measured point, ``model_loo``'s (step seconds, note): the model's predicted
+    device and host times (predictions.csv's ``predicted_device_s``,
+    ``predicted_host_s``) scaled by factors fitted on the env's points of other model
+    families (:func:`dnnroofline.model.loo.loo_step_s`). The runs enter only through
+    ``measured``, and only those of other families."""
+    by_env: dict[str, dict[tuple, loo.LooPoint]] = {}
+    gpu: dict[str, bool] = {}
+    for point, meas in measured.items():
+        pred = model_rows.get(point) or {}
+        by_env.setdefault(point[0], {})[point[1:]] = loo.LooPoint(
+            model=point[1],
+            device_s=scoring.number(pred.get("predicted_device_s")),
+            host_s=scoring.number(pred.get("predicted_host_s")),
+            measured_s=meas["step_s"],
+        )
+        gpu[point[0]] = not str(meas.get("device") or "cpu").startswith("cpu")
+    return {
+        (env, *key): loo.loo_step_s(key, points, gpu[env])
+        for env, points in by_env.items()
+        for key in points
+    }
 
 
 def _check_row(
     point: Point,
     method: str,
-    predicted: float,
+    step: float,
     measured: Mapping,
     peak: object,
-    inside: object,
+    interval_ips: tuple[object, object] | None = None,
     note: str = "",
 ) -> dict:
+    """One row of :data:`CHECK_COLUMNS`: a method's predicted step against the point's
+    runs, scored on step time and on images/s; ``interval_ips`` is the method's
+    (low, high) images/s, where it has one."""
     env, model, precision, batch = point
+    ips = scoring.per_step(batch, step)  # batch / step: the same conversion both ways
+    steps = scoring.step_interval(batch, *interval_ips) if interval_ips else None
     return {
         "env": env,
         "model": model,
         "precision": precision,
         "batch": batch,
         "method": method,
-        "predicted_images_per_s": predicted,
+        "predicted_step_s": step,
+        "measured_step_s": measured["step_s"],
+        "error_pct": scoring.error_pct(step, measured["step_s"]),
+        "predicted_images_per_s": ips,
         "measured_images_per_s": measured["images_per_s"],
-        "error_pct": pr.error_pct(predicted, measured["images_per_s"]),
+        "images_per_s_error_pct": scoring.error_pct(ips, measured["images_per_s"]),
         "predicted_peak_memory_bytes": peak,
         "measured_peak_memory_bytes": measured["peak_memory"],
         "measured_peak_memory_source": measured["peak_memory_source"],
-        "in_interval": inside,
-        "note": note,
+        "in_interval": scoring.inside(measured["step_s"], steps),
+        "images_per_s_in_interval": scoring.inside(
+            measured["images_per_s"],
+            (batch / steps[1], batch / steps[0]) if steps else None,
+        ),
+        "note": "; ".join(filter(None, [note, measured.get("peak_memory_note", "")])),
     }
 
 
@@ -501,6 +580,12 @@ def check_rows(
         for r in predictions
         if r.get("kind") == "measured" and r.get("method") == "model"
     }
+    missing = [p for p in measured if p not in model_rows]
+    if missing:
+        raise InputError(
+            f"point {missing[0]} was measured but predictions.csv has no model row for it"
+        )
+    loo_steps = model_loo_steps(measured, model_rows)
     rows = []
     for point, meas in measured.items():
         env, model, precision, batch = point
@@ -514,20 +599,16 @@ def check_rows(
             try:
                 step = baseline_step_s(method, point, comp, ceil, inventory, where)
             except NoRoof as exc:  # e.g. a CPU's datasheet: a compute roof, no memory roof
-                rows.append(_check_row(point, method, math.nan, meas, peak, None, str(exc)))
+                rows.append(_check_row(point, method, math.nan, meas, peak, note=str(exc)))
                 continue
-            rows.append(_check_row(point, method, batch / step, meas, peak, None))
-        pred = model_rows.get(point)
-        if pred is None:
-            raise InputError(
-                f"point {point} was measured but predictions.csv has no model row for it"
-            )
-        low, high = pred.get("interval_low_images_per_s"), pred.get("interval_high_images_per_s")
-        has = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high))
-        inside = bool(low <= meas["images_per_s"] <= high) if has else None
-        rows.append(
-            _check_row(point, "model", float(pred["predicted_images_per_s"]), meas, peak, inside)
-        )
+            rows.append(_check_row(point, method, step, meas, peak))
+        step, note = loo_steps[point]
+        rows.append(_check_row(point, loo.NAME, step, meas, peak, note=note))
+        pred = model_rows[point]
+        step = scoring.number(pred.get("predicted_step_s"))
+        interval = (pred.get("interval_low_images_per_s"), pred.get("interval_high_images_per_s"))
+        why = "" if math.isfinite(step) else scoring.text(pred.get("notes"))
+        rows.append(_check_row(point, "model", step, meas, peak, interval, why))
     return rows
 
 

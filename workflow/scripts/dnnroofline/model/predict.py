@@ -7,8 +7,8 @@ every aten op of one step with its class, FLOPs, bytes and count), an env's
 input: :func:`predict_step` takes none.
 
 See :data:`METHOD` for the model; :func:`roofline_step_s` and
-:func:`per_op_roofline_step_s` are the baselines it is checked beside, and
-:func:`check_summary` scores every method against the measured points.
+:func:`per_op_roofline_step_s` are the baselines it is checked beside;
+:mod:`dnnroofline.model.scoring` scores every method against the measured points.
 """
 
 from __future__ import annotations
@@ -338,77 +338,3 @@ def per_op_roofline_step_s(
     return sum(
         op_ideal_s(op, roof_c, roof_m)[0] * op["count"] for op in inventory_ops(inventory, where)
     )
-
-
-# --------------------------------------------------------------------------- the check
-
-
-def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Kendall's tau-b of two paired samples (ties counted as neither); NaN under 2 pairs
-    or where one side is constant."""
-    if len(xs) != len(ys):
-        raise ValueError(f"kendall_tau: {len(xs)} x values, {len(ys)} y values")
-    concordant = discordant = ties_x = ties_y = 0
-    n = len(xs)
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return (concordant - discordant) / denom if denom > 0 else math.nan
-
-
-def error_pct(predicted: float, measured: float) -> float:
-    """100 x (predicted - measured) / measured."""
-    return 100.0 * (predicted - measured) / measured
-
-
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _flag(x: object) -> bool | None:
-    """A yes/no cell as a bool (a bool, numpy's, or "True"/"False" from a CSV); None else."""
-    if isinstance(x, str):
-        return {"True": True, "False": False}.get(x)
-    if isinstance(x, bool) or type(x).__name__ == "bool_":
-        return bool(x)
-    return None
-
-
-def check_summary(rows: Iterable[Mapping]) -> list[dict]:
-    """Per method: ``n``, ``mape_pct`` (mean |error_pct|), ``max_abs_error_pct``,
-    ``kendall_tau`` (predicted against measured images/s over the points) and
-    ``coverage`` (share of rows inside their interval; NaN for a method without one).
-    Rows without a finite error are left out. Methods in order of first appearance."""
-    by_method: dict[str, list[Mapping]] = {}
-    for row in rows:
-        if _finite(row.get("error_pct")):
-            by_method.setdefault(str(row["method"]), []).append(row)
-    out = []
-    for method, rs in by_method.items():
-        errors = [abs(float(r["error_pct"])) for r in rs]
-        inside = [f for f in (_flag(r.get("in_interval")) for r in rs) if f is not None]
-        out.append(
-            {
-                "method": method,
-                "n": len(rs),
-                "mape_pct": sum(errors) / len(errors),
-                "max_abs_error_pct": max(errors),
-                "kendall_tau": kendall_tau(
-                    [float(r["predicted_images_per_s"]) for r in rs],
-                    [float(r["measured_images_per_s"]) for r in rs],
-                ),
-                "coverage": sum(inside) / len(inside) if inside else math.nan,
-            }
-        )
-    return out

@@ -25,7 +25,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.predict import check_summary, error_pct
+from dnnroofline.model.scoring import (
+    check_summary,
+    error_pct,
+    inside,
+    number,
+    step_interval,
+    text,
+)
 from dnnroofline.study.datasheet import GpuPeaks
 from dnnroofline.study.precisions import tensor_core_precision
 
@@ -242,23 +249,22 @@ def _row(
 
 def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) -> list[dict]:
     """The check of a transfer's predictions against the target's runs, with the columns
-    of ``prediction_check.csv`` and the point's ``anchor``: one row per predicted point
-    and method. ``measured``:
-    per point, ``images_per_s`` (median of the ok runs), ``peak_memory`` and
+    of ``prediction_check.csv`` (errors on step time, and on images/s beside them) and
+    the point's ``anchor``: one row per predicted point and method. ``measured``: per
+    point, ``step_s`` and ``images_per_s`` (medians of the ok runs), ``peak_memory`` and
     ``peak_memory_source`` (``aggregate.predictions.measured_points``). A point the
     target did not measure keeps its prediction and says so in ``note``."""
     out = []
     for r in predicted:
         point = _point(r)
-        predicted_ips = float(r["predicted_images_per_s"])
         runs = measured.get(point) or {}
-        measured_ips = float(runs.get("images_per_s", math.nan))
-        low = float(r.get("interval_low_images_per_s", math.nan))
-        high = float(r.get("interval_high_images_per_s", math.nan))
-        note = _text(r.get("notes"))
-        if not math.isfinite(measured_ips):
+        step, ips = number(r.get("predicted_step_s")), number(r.get("predicted_images_per_s"))
+        measured_step, measured_ips = number(runs.get("step_s")), number(runs.get("images_per_s"))
+        low, high = r.get("interval_low_images_per_s"), r.get("interval_high_images_per_s")
+        steps = step_interval(point[2], low, high)
+        note = text(r.get("notes"))
+        if not math.isfinite(measured_step):
             note = "; ".join(filter(None, [note, "not measured on the target"]))
-        both = math.isfinite(measured_ips) and math.isfinite(predicted_ips)
         out.append(
             {
                 "env": r["env"],
@@ -266,25 +272,24 @@ def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) 
                 "precision": point[1],
                 "batch": point[2],
                 "method": r["method"],
-                "predicted_images_per_s": predicted_ips,
+                "predicted_step_s": step,
+                "measured_step_s": measured_step,
+                "error_pct": error_pct(step, measured_step),
+                "predicted_images_per_s": ips,
                 "measured_images_per_s": measured_ips,
-                "error_pct": error_pct(predicted_ips, measured_ips) if both else math.nan,
+                "images_per_s_error_pct": error_pct(ips, measured_ips),
                 "predicted_peak_memory_bytes": r.get("predicted_peak_memory_bytes"),
                 "measured_peak_memory_bytes": runs.get("peak_memory", math.nan),
                 "measured_peak_memory_source": runs.get("peak_memory_source", ""),
-                "in_interval": (low <= measured_ips <= high)
-                if both and math.isfinite(low) and math.isfinite(high)
-                else math.nan,
+                "in_interval": inside(measured_step, steps),
+                "images_per_s_in_interval": inside(
+                    measured_ips, (number(low), number(high)) if steps else None
+                ),
                 "note": note,
-                "anchor": _text(r.get("anchor")),
+                "anchor": text(r.get("anchor")),
             }
         )
     return out
-
-
-def _text(x: object) -> str:
-    """A text cell; an empty one read back from a CSV is NaN."""
-    return x if isinstance(x, str) else ""
 
 
 def _point(row: Mapping) -> Point:

@@ -1,9 +1,10 @@
-"""The model's parity plot: predicted against measured images/s of every checked point,
-one marker per method (the model and its roofline baselines), on log-log axes with the
-y = x line and a ±10% band around it.
+"""The model's parity plot: predicted against measured step time of every checked point,
+one marker per method (the model, model_loo and the roofline baselines), on log-log axes
+with the y = x line and a ±10% band around it. Step time, as the check scores its
+errors (docs/model.md), drawn in milliseconds so that the ticks read as plain numbers.
 
-Reads the rows of ``results/prediction_check.csv`` (docs/model.md): ``method``,
-``predicted_images_per_s`` and ``measured_images_per_s``.
+Reads the rows of ``results/prediction_check.csv``: ``method``, ``predicted_step_s``
+and ``measured_step_s``.
 """
 
 from __future__ import annotations
@@ -25,19 +26,28 @@ BAND = 0.10
 METHOD_STYLES: dict[str, tuple[str, str]] = dict(
     zip(
         METHODS,
-        [("v", "tab:gray"), ("^", "tab:orange"), ("s", "tab:purple"), ("o", "tab:blue")],
+        [
+            ("v", "tab:gray"),
+            ("^", "tab:orange"),
+            ("s", "tab:purple"),
+            ("D", "tab:brown"),
+            ("o", "tab:blue"),
+        ],
         strict=True,
     )
 )
 _SPARE_MARKERS = ("D", "P", "X", "*")
 IDENTITY_GID = "parity-identity"
 BAND_GID = "parity-band"
-AXIS_X = "Measured images/s (median of the ok runs)"
-AXIS_Y = "Predicted images/s"
+AXIS_X = "Measured step time, ms (median of the ok runs)"
+AXIS_Y = "Predicted step time, ms"
+#: The columns drawn, in seconds; the axes show milliseconds.
+COLUMNS = ("measured_step_s", "predicted_step_s")
+MS = 1e3
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
 
 
-def _rate(value: object) -> float | None:
+def _positive(value: object) -> float | None:
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -46,20 +56,19 @@ def _rate(value: object) -> float | None:
 
 
 def parity_pairs(rows: Iterable[Mapping]) -> dict[str, list[tuple[float, float]]]:
-    """``{method: [(measured, predicted) images/s]}`` of the rows with both rates
+    """``{method: [(measured, predicted) step ms]}`` of the rows with both steps
     positive; methods in :data:`METHOD_STYLES` order, then any other in order seen."""
     found: dict[str, list[tuple[float, float]]] = {}
     for row in rows:
-        measured = _rate(row.get("measured_images_per_s"))
-        predicted = _rate(row.get("predicted_images_per_s"))
+        measured, predicted = (_positive(row.get(c)) for c in COLUMNS)
         if measured is not None and predicted is not None:
-            found.setdefault(str(row.get("method")), []).append((measured, predicted))
+            found.setdefault(str(row.get("method")), []).append((measured * MS, predicted * MS))
     order = [m for m in METHOD_STYLES if m in found] + [m for m in found if m not in METHOD_STYLES]
     return {m: found[m] for m in order}
 
 
 def _limits(pairs: dict[str, list[tuple[float, float]]]) -> tuple[float, float]:
-    """The same span on both axes (y = x is the diagonal), a margin around every rate:
+    """The same span on both axes (y = x is the diagonal), a margin around every step:
     tight, so that the ±10% band stays visible."""
     values = [v for pts in pairs.values() for pair in pts for v in pair] or [1.0, 10.0]
     return min(values) / 1.5, max(values) * 1.5

@@ -3,8 +3,9 @@ beside its baselines, and what it predicts for the points nobody measured (What 
 
 Inputs: ``results/predictions.csv`` (one row per point predicted, measured points and
 what-ifs alike) and ``results/prediction_check.csv`` (one row per measured point and
-method), as DataFrames; the parity plot's SVG text (``results/plots/prediction_parity.svg``),
-embedded in the page so that it reads alone. Columns: docs/model.md.
+method, its error on step time and on images/s), as DataFrames; the parity plot's SVG
+text (``results/plots/prediction_parity.svg``), embedded in the page so that it reads
+alone. Columns: docs/model.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pandas as pd
 
 from dnnroofline.aggregate.predictions import METHODS
 from dnnroofline.formatting import isnum, missing, to_bool
-from dnnroofline.model.predict import INTERVAL_LEVEL, METHOD, check_summary
+from dnnroofline.model.predict import INTERVAL_LEVEL, METHOD
+from dnnroofline.model.scoring import check_summary
 from dnnroofline.report.render import section
 
 KEYS = ["env", "model", "precision", "batch"]
@@ -36,9 +38,13 @@ def _interval_flag(value: object) -> bool | None:
     return None if missing(value) or value == "" else to_bool(value)
 
 
+#: The check's yes/no columns: whether the measurement fell in the interval, per unit.
+FLAGS = ("in_interval", "images_per_s_in_interval")
+
+
 def check_rows(check: pd.DataFrame | None) -> list[dict]:
-    """The check's rows, sorted by point then method, ``in_interval`` as a bool or None."""
-    rows = [dict(r, in_interval=_interval_flag(r.get("in_interval"))) for r in _records(check)]
+    """The check's rows, sorted by point then method, :data:`FLAGS` as a bool or None."""
+    rows = [dict(r, **{f: _interval_flag(r.get(f)) for f in FLAGS}) for r in _records(check)]
     order = {m: i for i, m in enumerate(METHODS)}
     return sorted(
         rows,
@@ -49,7 +55,8 @@ def check_rows(check: pd.DataFrame | None) -> list[dict]:
 
 def method_table(rows: list[dict]) -> list[dict]:
     """Per method (baselines first, the model last): n, MAPE, max |error|, Kendall tau
-    and interval coverage, as :func:`dnnroofline.model.predict.check_summary` gives them."""
+    and interval coverage on step time and on images/s, as
+    :func:`dnnroofline.model.scoring.check_summary` gives them."""
     summary = {s["method"]: s for s in check_summary(rows)}
     order = [m for m in METHODS if m in summary] + [m for m in summary if m not in METHODS]
     return [summary[m] for m in order]
@@ -92,7 +99,7 @@ def facts(
 
 
 def worst_point(rows: list[Mapping]) -> dict | None:
-    """The model's largest |error| among the points, to name in the summary."""
+    """The model's largest |error| on step time among the points, to name in the summary."""
     errors = [r for r in rows if r.get("method") == MODEL and isnum(r.get("error_pct"))]
     return dict(max(errors, key=lambda r: abs(float(r["error_pct"])))) if errors else None
 

@@ -11,12 +11,25 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from dnnroofline.formatting import fmt_pct, isnum, sig
+from dnnroofline.formatting import fmt_pct, fmt_time, isnum, sig
 from dnnroofline.measure import contention
-from dnnroofline.model.predict import check_summary
+from dnnroofline.model.scoring import check_summary
 from dnnroofline.report import compare, data
 
 NOISY = " (noisy)"
+#: The model's table: step time first (the error the check scores), then images/s.
+MODEL_HEADER = (
+    "env",
+    "model",
+    "precision",
+    "batch",
+    "predicted step",
+    "measured step",
+    "step error",
+    "predicted images/s",
+    "measured images/s",
+    "images/s error",
+)
 HEADER = (
     "env",
     "model",
@@ -63,7 +76,7 @@ def glance_rows(metrics: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Left-aligned columns, two spaces apart; numbers right-aligned."""
-    numeric = {"batch", "images/s", "GFLOP/s", "of roof", "predicted", "measured", "error"}
+    numeric = {"batch", "images/s", "GFLOP/s", "of roof", *MODEL_HEADER[4:]}
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     lines = []
     for row in (header, *rows):
@@ -103,34 +116,45 @@ def study_summary(
 
 
 def model_error_lines(check: pd.DataFrame | None) -> list[str]:
-    """The model's error per measured point (results/prediction_check.csv), then each
-    method's MAPE over the points: the check, every time the study is summarized."""
+    """The model's error per measured point (results/prediction_check.csv), on step time
+    and on images/s, then each method's MAPE over the points in both: the check, every
+    time the study is summarized."""
     if check is None or not len(check) or "method" not in check:
         return []
     rows = check.to_dict("records")
     model = [r for r in rows if r["method"] == "model" and isnum(r.get("error_pct"))]
     if not model:
         return ["the model: no measured point checked (results/prediction_check.csv)"]
-    header = ("env", "model", "precision", "batch", "predicted", "measured", "error")
     table = [
         (
             str(r["env"]),
             str(r["model"]),
             str(r["precision"]),
             str(int(r["batch"])),
+            fmt_time(r["predicted_step_s"]),
+            fmt_time(r["measured_step_s"]),
+            f"{float(r['error_pct']):+.1f}%",
             sig(r["predicted_images_per_s"]),
             sig(r["measured_images_per_s"]),
-            f"{float(r['error_pct']):+.1f}%",
+            signed_pct(r.get("images_per_s_error_pct")),
         )
         for r in model
     ]
     summary = sorted(check_summary(rows), key=lambda s: s["method"] != "model")  # model first
-    mape = ", ".join(f"{s['method']} {s['mape_pct']:.1f}%" for s in summary)
+    step = ", ".join(f"{s['method']} {s['mape_pct']:.1f}%" for s in summary)
+    ips = ", ".join(f"{s['method']} {signed_pct(s['images_per_s_mape_pct'], '')}" for s in summary)
     return [
-        "the model's prediction of each point (images/s; no point predicted from its own runs):",
-        text_table(header, table),
-        f"MAPE over the points: {mape}",
+        "the model's prediction of each point (step time and images/s; no point predicted "
+        "from its own runs):",
+        text_table(MODEL_HEADER, table),
+        f"MAPE over the points, step time: {step}",
+        f"MAPE over the points, images/s: {ips}",
     ]
+
+
+def signed_pct(x: object, sign: str = "+") -> str:
+    """``+12.3%`` (``sign`` "": ``12.3%``), or ``–`` for no number."""
+    return f"{float(x):{sign}.1f}%" if isnum(x) else "–"
 
 
 def busy_machine_lines(tp: pd.DataFrame, ceilings: Mapping[str, Mapping]) -> list[str]:
