@@ -74,3 +74,36 @@ TABLE_KEYS: tuple[str, ...] = (
     "optimizer",
     "copy",
 )
+
+
+#: How a step runs, as an op inventory's file name says it: the device type, and
+#: ``_cl`` where the images and 4-d weights are channels_last.
+STEP_VARIANTS: tuple[str, ...] = ("cpu", "cpu_cl", "cuda", "cuda_cl")
+
+
+def step_variant(device: str, channels_last: bool = False) -> str:
+    """The step variant of an env's device (``cuda:0`` is cuda; mps, whose ops the
+    recorder cannot dispatch, is recorded as cpu) and memory format."""
+    kind = str(device).split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r}: expected cpu, cuda or mps")
+    return ("cuda" if kind == "cuda" else "cpu") + ("_cl" if channels_last else "")
+
+
+def parse_step_variant(step: str) -> tuple[str, bool]:
+    """(device, channels_last) of a step variant: the inverse of :func:`step_variant`."""
+    if step not in STEP_VARIANTS:
+        raise ValueError(f"step variant {step!r}: expected one of {', '.join(STEP_VARIANTS)}")
+    device, _, layout = step.partition("_")
+    return device, layout == "cl"
+
+
+def inventory_variant(inventory: Mapping) -> str:
+    """The step variant an op inventory records (one without, schema version 1, was
+    recorded on a CPU, contiguous)."""
+    if inventory.get("step_variant") in STEP_VARIANTS:
+        return str(inventory["step_variant"])
+    step = inventory.get("step")
+    if not isinstance(step, Mapping):
+        return "cpu"
+    return step_variant(str(step.get("device") or "cpu"), bool(step.get("channels_last")))
