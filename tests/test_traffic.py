@@ -16,9 +16,15 @@ from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.model import complexity as cx
 from dnnroofline.model import traffic
+from dnnroofline.model.op_recorder import record_call
 from dnnroofline.ncu.parse import parse_ncu_csv
 
 NCU = Path(__file__).resolve().parent / "data" / "ncu"
+
+
+def trace(model: nn.Module, x: torch.Tensor) -> list[dict]:
+    """The forward ops of ``model(x)`` as the traffic table reads them (the recorder's)."""
+    return record_call(model.train(), x, traffic=True).traffic
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +32,7 @@ def mlp_table():
     """Linear(64->32) -> ReLU -> Linear(32->10), no biases, traced on 4 rows, scaled to 8."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
-    records = cx.trace_traffic(model, torch.randn(4, 64))
+    records = trace(model, torch.randn(4, 64))
     return records, traffic.traffic_table(records, batch_size=8, probe=4)
 
 
@@ -43,7 +49,7 @@ def test_a_reshape_that_declares_no_alias_moves_nothing():
     # Linear on a 3-d input runs mm between two reshapes; the second, _unsafe_view,
     # declares no alias in its schema but returns its input's storage
     model = nn.Sequential(nn.Linear(64, 32, bias=False))
-    records = cx.trace_traffic(model, torch.randn(4, 5, 64))
+    records = trace(model, torch.randn(4, 5, 64))
     assert [r["op"] for r in records] == ["aten.mm.default"]
     table = traffic.traffic_table(records, batch_size=4, probe=4)
     assert [row for row in table if row[1].startswith("act")] == [
@@ -55,9 +61,7 @@ def test_a_reshape_that_declares_no_alias_moves_nothing():
 def test_frozen_weights_are_read_but_get_no_gradient():
     model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
     model[0].weight.requires_grad = False
-    table = traffic.traffic_table(
-        cx.trace_traffic(model, torch.randn(4, 64)), batch_size=4, probe=4
-    )
+    table = traffic.traffic_table(trace(model, torch.randn(4, 64)), batch_size=4, probe=4)
     # W1 is read in forward; its layer (the image and a frozen weight) has no backward
     assert [8192, "other", 1, 0, 1] in table and [1024, "input", 1, 0, 1] in table
     assert [row for row in table if row[1] == "param_grad"] == [[1280, "param_grad", 0, 1, 1]]
@@ -104,7 +108,7 @@ def test_conv_gradients_reread_the_output_gradient_and_max_pool_fills():
         nn.MaxPool2d(2),
         nn.Conv2d(8, 8, 3, padding=1),
     )
-    records = cx.trace_traffic(model, torch.randn(1, 3, 8, 8))
+    records = trace(model, torch.randn(1, 3, 8, 8))
     assert [r["op"] for r in records] == [
         "aten.convolution.default",
         "aten.relu.default",

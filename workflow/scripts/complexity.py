@@ -3,7 +3,7 @@
 
     python workflow/scripts/complexity.py --arch mobilenet_v2 --batch-size 32 \\
         --image-size 224 [--num-classes 1000] --out c.json \\
-        [--inventory fp32=ops_fp32.json --inventory bf16=ops_bf16.json ...]
+        [--inventory fp32:cpu=ops_fp32.json --inventory amp:cuda_cl=ops_amp.json ...]
 
 Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MACs) of
 forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
@@ -15,10 +15,12 @@ holds ``status: "error"`` and the reason in ``message`` (the counts are null) an
 exit status is 0, as for a failed timed run. Exit status 2 on bad arguments (unknown
 model, batch size below 1), with the reason on stderr and nothing written.
 
-Each ``--inventory PRECISION=PATH`` also writes the op inventory of that precision
-(op_inventory.py's JSON) from the same process: the study's rule makes a (model, batch)'s
-complexity and all its inventories in one job, one Python and torch start instead of one
-per file.
+Each ``--inventory PRECISION:STEP=PATH`` also writes the op inventory of that precision
+and step variant (``cpu``, ``cpu_cl``, ``cuda``, ``cuda_cl``: the device and
+channels_last; ``PRECISION=PATH`` is ``PRECISION:cpu``), op_inventory.py's JSON, from
+the same process: the study's rule makes a (model, batch)'s complexity and all its
+inventories in one job, one Python and torch start instead of one per file. The fp32
+CPU step the complexity counts is recorded once and serves its inventory too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
+from dnnroofline.model.op_classes import STEP_VARIANTS, parse_step_variant
 from dnnroofline.study.models import add_model_args, model_step_kwargs
 from dnnroofline.study.precisions import require_known
 
@@ -50,21 +53,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--inventory",
         action="append",
         default=[],
-        metavar="PRECISION=PATH",
-        help="also write this precision's op inventory to PATH (repeatable)",
+        metavar="PRECISION[:STEP]=PATH",
+        help="also write the op inventory of this precision and step variant (cpu, "
+        "cpu_cl, cuda, cuda_cl; default cpu) to PATH (repeatable)",
     )
     return ap.parse_args(argv)
 
 
-def _inventories(specs: list[str]) -> list[tuple[str, str]]:
-    """(precision, path) of each --inventory PRECISION=PATH, checked before any import."""
-    pairs = []
+def _inventories(specs: list[str]) -> list[tuple[str, str, str]]:
+    """(precision, step variant, path) of each --inventory PRECISION[:STEP]=PATH,
+    checked before any import."""
+    found = []
     for spec in specs:
-        precision, sep, path = spec.partition("=")
+        key, sep, path = spec.partition("=")
         if not sep or not path:
-            raise InputError(f"--inventory {spec!r}: expected PRECISION=PATH")
-        pairs.append((require_known(precision, "--inventory"), path))
-    return pairs
+            raise InputError(f"--inventory {spec!r}: expected PRECISION[:STEP]=PATH")
+        precision, _, step = key.partition(":")
+        if (step or "cpu") not in STEP_VARIANTS:
+            raise InputError(
+                f"--inventory {spec!r}: unknown step variant {step!r}; expected one of "
+                f"{', '.join(STEP_VARIANTS)}"
+            )
+        found.append((require_known(precision, "--inventory"), step or "cpu", path))
+    return found
 
 
 def _threads(requested: int | None) -> int:
@@ -83,6 +94,47 @@ def _threads(requested: int | None) -> int:
     return DEFAULT_THREADS
 
 
+def _counted(args: argparse.Namespace) -> tuple[dict, object]:
+    """(complexity JSON, its fp32 CPU step or None where the model cannot train)."""
+    from dnnroofline.model import op_recorder as rec
+    from dnnroofline.model.complexity import complexity, failed_complexity
+
+    try:
+        step = rec.record_step(
+            args.arch,
+            rec.StepSpec("fp32"),
+            batch_size=args.batch_size,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+            factory=args.model_factory,
+            kwargs=args.model_kwargs,
+            traffic=True,
+        )
+        return complexity(args.arch, **model_step_kwargs(args), step=step), step
+    except rec.ModelCannotRun as exc:
+        failed = failed_complexity(
+            args.arch, args.batch_size, args.image_size, args.num_classes, str(exc)
+        )
+        return failed, None
+
+
+def _write_inventories(args: argparse.Namespace, inventories: list, step: object) -> None:
+    from dnnroofline.model import op_inventory as oi
+    from dnnroofline.model.op_recorder import StepSpec
+
+    for precision, variant, path in inventories:
+        spec = StepSpec(precision, *parse_step_variant(variant))
+        if step is not None and spec == step.spec:  # the complexity's own step
+            ops = oi.inventory_of(
+                step, args.arch, args.batch_size, args.image_size, args.num_classes
+            )
+        else:
+            ops = oi.inventory_or_failure(args, spec)
+        write_json_atomic(path, ops)
+        out = sys.stdout if ops["status"] == "ok" else sys.stderr
+        print(oi.inventory_line(ops, path), file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -91,22 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
-        from dnnroofline.model.complexity import ModelCannotRun, complexity, failed_complexity
-
-        try:
-            result = complexity(args.arch, **model_step_kwargs(args))
-        except ModelCannotRun as exc:
-            result = failed_complexity(
-                args.arch, args.batch_size, args.image_size, args.num_classes, str(exc)
-            )
-        if inventories:
-            from dnnroofline.model.op_inventory import inventory_line, inventory_or_failure
-        for precision, path in inventories:
-            ops = inventory_or_failure(args, precision)
-            write_json_atomic(path, ops)
-            print(
-                inventory_line(ops, path), file=sys.stdout if ops["status"] == "ok" else sys.stderr
-            )
+        result, step = _counted(args)
+        _write_inventories(args, inventories, step)
     except InputError as exc:
         print(f"complexity.py: error: {exc}", file=sys.stderr)
         return 2

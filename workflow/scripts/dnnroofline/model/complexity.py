@@ -7,39 +7,35 @@ DRAM traffic per step and an estimate of peak memory, per precision.
 
 Counting method (also written into every result as ``method``):
 
-* **Graph.** The model is traced in *train* mode (batch-norm batch statistics, active
-  dropout and stochastic depth, GoogLeNet/Inception auxiliary heads: the graph the
-  training driver runs) with fvcore's ``FlopCountAnalysis`` (a TorchScript trace), on a
-  probe batch of one image, or two where train-mode batch norm refuses a single value
-  per channel (a 1x1 feature map, e.g. resnet18 at 32x32). Every counted op scales
-  with the batch, so the counts are scaled exactly by ``batch_size / probe``. The same
-  (real) forward records the tensors saved for backward, so a 224x224 resnet50 takes
-  about a second on two cores, whatever the batch.
+* **FLOPs by layer type** come from the op recorder (:mod:`dnnroofline.model.op_recorder`):
+  one fp32 training step on a CPU, contiguous, on fake tensors at the real batch (no
+  arithmetic, so any batch costs the same), every aten op described by
+  :mod:`dnnroofline.model.op_rules` (the rules the op inventory uses). A forward op's
+  layer type is its own (a GEMM with a weight operand is ``linear``; the ops of a
+  dropout call are ``dropout``); a backward op takes the layer of the forward op whose
+  autograd node runs it (a linear layer's weight-gradient ``mm`` and bias-gradient
+  ``sum`` are ``linear``, a convolution's backward by its output mask, so the first
+  convolution computes no input gradient), and the engine's adds of a gradient that
+  fans in are ``elementwise``. The loss (log-softmax and NLL) is the step's, not the
+  model's, and is left out, as is integer arithmetic (``num_batches_tracked``).
 * **FLOPs, not MACs.** One FLOP is one add, multiply, compare, divide or
-  transcendental function; an FMA is 2. All of fvcore's own handles are replaced by the
-  handles below (fvcore's count MACs for conv/linear/matmul, but mixed units for
-  norms and pooling, and skip ReLU, add and max-pool).
-* **Only batch-dependent ops are counted.** A data-flow pass over the traced graph marks
-  the values that depend on the input images; ops on parameters or buffers only
-  (``num_batches_tracked += 1``, Swin's relative-position tables) and 0-dim shape
-  arithmetic are per-step constants and are left out.
-* **Backward** is counted per op, from the same data-flow pass, which also marks the
-  values that require grad (the input image does not; parameters do). An op none of
-  whose inputs require grad has no backward, so the first convolution computes only
-  its weight gradient (its input gradient is not computed by autograd and not counted).
-
-Per-op FLOP rules: :mod:`dnnroofline.model.flop_count`.
+  transcendental function; an FMA is 2.
+* **Reference.** fvcore's own count of the forward (a TorchScript trace of the
+  train-mode forward on a probe batch of one image, or two where train-mode batch norm
+  refuses a single value per channel, scaled by ``batch_size / probe``) with our
+  forward handles (:mod:`dnnroofline.model.flop_count`), in ``flops.reference``: an
+  independent check of the recorder's forward.
 
 **Optimizer**: SGD with momentum 0.9 and weight decay 1e-4, 6 FLOPs per parameter
 (``g += wd * p``: 2; ``m = mu * m + g``: 2; ``p -= lr * m``: 2).
 
 **Memory.** ``P`` = parameters, ``A`` = bytes of the tensors saved for backward,
 measured by ``torch.autograd.graph.saved_tensors_hooks`` on the real train-mode forward
-of the probe batch: unique storages, excluding parameters, buffers and the input batch
-itself (max-pool indices and dropout masks included at their own dtype), scaled by
-``batch_size / probe``, except 0/1-dim saved tensors (batch norm's per-channel mean
-and inverse std), which do not grow with the batch. ``I`` = bytes of the fp32 input batch
-(``batch * 3 * H * W * 4``).
+of the probe batch (the one fvcore traces): unique storages, excluding parameters,
+buffers and the input batch itself (max-pool indices and dropout masks included at
+their own dtype), scaled by ``batch_size / probe``, except 0/1-dim saved tensors
+(batch norm's per-channel mean and inverse std), which do not grow with the batch.
+``I`` = bytes of the fp32 input batch (``batch * 3 * H * W * 4``).
 
 * fp32/tf32: params ``4P``, grads ``4P``, momentum ``4P``.
 * amp (fp16 autocast + GradScaler) and bf16 (bf16 autocast): master params, grads and
@@ -77,44 +73,57 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
-from dnnroofline.errors import InputError
+from dnnroofline.model import flop_count as fc
 from dnnroofline.model import traffic as tr
-from dnnroofline.model.flop_count import FlopCount, as_args, preserved_state, trace_flops
-from dnnroofline.study.models import check_arch
+from dnnroofline.model.op_recorder import (
+    IN_CHANNELS,
+    OPTIMIZER,
+    ModelCannotRun,
+    RecordedStep,
+    StepSpec,
+    build_model,
+    positive,
+    record_step,
+)
+from dnnroofline.model.op_rules import LAYER_TYPES
 from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, require_known
+
+__all__ = ["IN_CHANNELS", "OPTIMIZER", "ModelCannotRun", "build_model", "complexity"]
 
 SCHEMA_VERSION = 1
 OPTIMIZER_FLOPS_PER_PARAM = 6
-OPTIMIZER = {"name": "SGD", "momentum": 0.9, "weight_decay": 1e-4}
 FP32_BYTES = 4
 HALF_BYTES = 2
 WORKSPACE_FIXED_BYTES = 64_000_000
-IN_CHANNELS = 3
+#: Layer types of the step that are not the model's layers.
+NOT_LAYERS = ("loss", "optimizer")
 
 METHOD = (
     "FLOPs, not MACs (an FMA is 2 FLOPs; one add, multiply, compare, divide or "
-    "transcendental is 1). Train-mode graph traced with fvcore FlopCountAnalysis on a probe "
-    "batch of 1 (2 where train-mode batch norm needs it), scaled linearly to the batch; "
-    "every fvcore handle replaced: "
-    "conv/linear/matmul = 2*MACs (grouped and depthwise convs: 2*N*Cout*Hout*Wout*"
-    "(Cin/groups)*kh*kw, reported as conv_grouped / conv_depthwise) + 1 add per output "
-    "for a bias; batchnorm (train)/layer/group norm 5 FLOPs per element; pooling: max k-1 "
-    "compares, avg k per output, adaptive avg 1 per input element; activations per element "
-    "(relu 1, relu6 2, sigmoid 4, silu 5, hardswish 5, gelu 5); softmax 5; elementwise "
-    "add/mul/... 1; dropout 2. Only ops on batch-dependent data are counted. Backward per "
-    "op from a requires-grad data-flow pass: conv/linear/matmul 2*MACs per operand that "
-    "requires grad (grad wrt input + grad wrt weight = 2x forward; the first layer's "
-    "input needs no gradient and is not counted) + 1 add per output for a bias gradient; "
-    "batchnorm/norm 9 per element; max-pool 1 per output; other types 1x forward. "
-    f"Optimizer: SGD momentum {OPTIMIZER['momentum']}, weight decay "
-    f"{OPTIMIZER['weight_decay']}, {OPTIMIZER_FLOPS_PER_PARAM} FLOPs and one fp32 momentum"
-    " buffer per trained parameter (frozen ones, requires_grad False, have no gradient, "
-    "no momentum and no backward weight read); loss not counted. Activations: unique "
+    "transcendental is 1), by layer type, from the op recorder: one fp32 training step "
+    "on a CPU on fake tensors at the batch (every aten op at dispatch, described by "
+    "dnnroofline.model.op_rules, as the op inventory): conv/linear/matmul = 2*MACs "
+    "(grouped and depthwise convs: 2*N*Cout*Hout*Wout*(Cin/groups)*kh*kw, reported as "
+    "conv_grouped / conv_depthwise) + 1 add per output for a bias; a GEMM with a weight "
+    "operand is linear, else matmul; batchnorm (train)/layer/group norm 5 FLOPs per "
+    "element; pooling: max k-1 compares, avg k per output, adaptive avg/mean 1 per input "
+    "element; activations per element (relu 1, relu6 2, sigmoid 4, silu 5, hardswish 5, "
+    "gelu 5); softmax 5; elementwise add/mul/... 1 per floating-point element; dropout "
+    "2 (its ops on a CPU: a scale and a mask multiply). Backward: each aten op autograd "
+    "runs, charged to the layer whose node runs it: convolution_backward by its output "
+    "mask (grad input and grad weight 2*MACs each, the first layer's input needs none; "
+    "grad bias 1 per output), a linear layer's two GEMMs and its bias-gradient sum, "
+    "batchnorm/norm 9 per element, max-pool 1 per output, activations as forward, the "
+    "fan-in adds of a gradient used twice elementwise. Loss and integer bookkeeping "
+    "(num_batches_tracked) not counted. Reference: fvcore's forward count with our "
+    f"forward handles, in flops.reference. Optimizer: SGD momentum {OPTIMIZER['momentum']}, "
+    f"weight decay {OPTIMIZER['weight_decay']}, {OPTIMIZER_FLOPS_PER_PARAM} FLOPs and one "
+    "fp32 momentum buffer per trained parameter (frozen ones, requires_grad False, have "
+    "no gradient, no momentum and no backward weight read). Activations: unique "
     "storages saved for backward (saved_tensors_hooks on the real train-mode probe "
     "forward), without parameters, buffers and the input batch, scaled with the batch "
     "except 0/1-dim per-channel statistics. min DRAM bytes per step (lower bound): fp32 "
@@ -127,30 +136,6 @@ METHOD = (
     f"under amp/bf16) + workspace (2x the largest saved activation + "
     f"{WORKSPACE_FIXED_BYTES // 1_000_000} MB)."
 )
-
-
-# --------------------------------------------------------------------------- models
-
-
-class ModelCannotRun(InputError):
-    """The model cannot train at this configuration (e.g. an image too small for its
-    kernels). A property of the (model, image size), not a bad argument: the CLI records
-    it as a complexity JSON with ``status: "error"``, as the driver records a failed run."""
-
-
-def build_model(arch: str, num_classes: int = 1000) -> nn.Module:
-    """A randomly initialised torchvision classifier (``weights=None``: nothing is downloaded).
-
-    Raises InputError for an unknown name, with close names as suggestions.
-    """
-    check_arch(arch)
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise InputError(f"--num-classes {num_classes!r}: must be a positive integer")
-    import torchvision
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # googlenet/inception init_weights notices
-        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
 
 
 # --------------------------------------------------------------------------- memory
@@ -233,10 +218,10 @@ def measure_saved_tensors(
     Deduplicated by storage; parameters, buffers and the inputs themselves are left out.
     Runs the model in its current mode; buffers and mode are restored afterwards.
     """
-    args = as_args(inputs)
+    args = fc.as_args(inputs)
     collector = _SavedCollector(model, args)
     with (
-        preserved_state(model),
+        fc.preserved_state(model),
         warnings.catch_warnings(),
         torch.enable_grad(),
         torch.autograd.graph.saved_tensors_hooks(collector.pack, collector.unpack),
@@ -247,13 +232,13 @@ def measure_saved_tensors(
     return collector.result()
 
 
-def count_flops_and_saved_tensors(
+def reference_and_saved_tensors(
     model: nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor]
-) -> tuple[FlopCount, SavedTensors]:
-    """``count_flops`` and ``measure_saved_tensors`` from one traced forward."""
-    args = as_args(inputs)
+) -> tuple[fc.FlopCount, SavedTensors]:
+    """fvcore's forward count and ``measure_saved_tensors`` from one traced forward."""
+    args = fc.as_args(inputs)
     collector = _SavedCollector(model, args)
-    flops = trace_flops(model, args, (collector.pack, collector.unpack))
+    flops = fc.trace_forward(model, args, (collector.pack, collector.unpack))
     return flops, collector.result()
 
 
@@ -312,120 +297,26 @@ def peak_memory_bytes(
     return state + copy + activation_bytes + input_bytes + workspace
 
 
-# --------------------------------------------------------------------------- traffic
+# --------------------------------------------------------------------------- the step
 
 
-# In-place ops that change a tensor's metadata only: no data moves.
-_METADATA_ONLY = frozenset({torch.ops.aten.as_strided_.default})
+def flops_by_layer_type(step: RecordedStep) -> dict[str, dict[str, int]]:
+    """Forward and backward FLOPs of a recorded step by the model's layer types (the
+    loss and the optimizer left out), in LAYER_TYPES order, zeros dropped."""
+    by = {k: {"forward": 0, "backward": 0} for k in LAYER_TYPES if k not in NOT_LAYERS}
+    for op in step.ops():
+        if op["phase"] in ("forward", "backward") and op["layer"] in by:
+            by[op["layer"]][op["phase"]] += op["flops"]
+    return {k: v for k, v in by.items() if v["forward"] or v["backward"]}
 
 
-def _alias_outputs(func: Any) -> bool:
-    """True for view ops (outputs alias an input without writing it): no data moves."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return False
-    for ret in schema.returns:
-        info = ret.alias_info
-        if info is not None and not info.is_write:
-            return True
-    return False
-
-
-def _returns_its_inputs(func: Any, ins: list, outs: list) -> bool:
-    """True for an op that writes none of its arguments and whose every output is
-    storage of an input: a view whose schema does not say so (``_unsafe_view``)."""
-    schema = getattr(func, "_schema", None)
-    if schema is None or not outs:
-        return False
-    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
-        return False
-    storages = {t.untyped_storage().data_ptr() for t in ins}
-    return all(o.untyped_storage().data_ptr() in storages for o in outs)
-
-
-def trace_traffic(model: nn.Module, x: torch.Tensor) -> list[dict]:
-    """Every data-moving aten op of one real train-mode forward of ``model(x)``.
-
-    Returns one record per op: ``inputs`` and ``outputs`` as lists of
-    ``(storage key, bytes, kind, fixed)``, kind ``param``, ``input``, ``act`` or
-    ``other`` (integer/bool tensors, buffers, and frozen weights: no gradient to write);
-    ``fixed`` marks what does not grow
-    with the batch (weights, buffers, 0/1-dim tensors such as per-channel statistics).
-    Storages are keyed by address, and every tensor seen is kept alive until the end,
-    so no address is reused for another.
-    Views move nothing and are skipped: ops whose outputs alias an input by their
-    schema, and ops that write no argument and return only storage of their inputs
-    (``_unsafe_view``, which matmul's reshapes use, declares no alias), and
-    ``as_strided_`` (it changes metadata only). Buffers and the train/eval mode are
-    restored afterwards.
-    """
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    params = {p.untyped_storage().data_ptr() for p in model.parameters() if p.requires_grad}
-    frozen = {p.untyped_storage().data_ptr() for p in model.parameters()} - params
-    buffers = {b.untyped_storage().data_ptr() for b in model.buffers()} | frozen
-    image = x.untyped_storage().data_ptr()
-    records: list[dict] = []
-    keep: list[torch.Tensor] = []
-
-    def describe(t: torch.Tensor) -> tuple[int, int, str, bool]:
-        s = t.untyped_storage()
-        ptr = s.data_ptr()
-        if ptr in params:
-            kind = "param"
-        elif ptr == image:
-            kind = "input"
-        elif ptr in buffers or not t.is_floating_point():
-            kind = "other"
-        else:
-            kind = "act"
-        fixed = kind in ("param", "other") and ptr in params | buffers or t.dim() <= 1
-        return ptr, int(s.nbytes()), kind, fixed
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if _alias_outputs(func) or func in _METADATA_ONLY:
-                return out
-            ins = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
-            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-            if _returns_its_inputs(func, ins, outs):
-                return out
-            ins = [t for t in ins if t.untyped_storage().nbytes() > 0]
-            outs = [t for t in outs if t.untyped_storage().nbytes() > 0]
-            if ins or outs:
-                keep.extend(ins + outs)
-                records.append(
-                    {
-                        "op": str(func),
-                        "inputs": list(dict.fromkeys(describe(t) for t in ins)),
-                        "outputs": list(dict.fromkeys(describe(t) for t in outs)),
-                    }
-                )
-            return out
-
-    with (
-        preserved_state(model),
-        warnings.catch_warnings(),
-        torch.enable_grad(),
-        Recorder(),
-    ):
-        warnings.simplefilter("ignore")
-        model.train()
-        out = model(x)
-    del out
-    keep.clear()
-    return records
-
-
-def traffic_of_model(model: nn.Module, x: torch.Tensor, batch_size: int) -> dict:
-    """The ``traffic`` block of the complexity JSON: method and table at ``batch_size``."""
-    records = trace_traffic(model, x)
+def traffic_of_step(step: RecordedStep, batch_size: int) -> dict:
+    """The ``traffic`` block of the complexity JSON from a step recorded with its
+    forward tensors (``record_step(..., traffic=True)``), at the step's own batch."""
     return {
         "method": tr.METHOD,
-        "ops": len(records),
-        "table": tr.traffic_table(records, batch_size, int(x.shape[0])),
+        "ops": len(step.traffic),
+        "table": tr.traffic_table(step.traffic, batch_size, batch_size),
     }
 
 
@@ -449,17 +340,18 @@ def _probe_step(
     image: tuple[int, int],
     probes: list[int],
     gen: torch.Generator,
-) -> tuple[FlopCount, SavedTensors, int]:
-    """(FLOPs, saved tensors, probe batch) of one train-mode step on the first probe
-    batch of ``image`` = (channels, size) images the model trains on: train-mode batch
-    norm needs 2 images where a feature map is 1x1. ModelCannotRun where none does."""
+) -> tuple[fc.FlopCount, SavedTensors, int]:
+    """(fvcore's forward count, saved tensors, probe batch) of one real train-mode
+    forward on the first probe batch of ``image`` = (channels, size) images the model
+    trains on: train-mode batch norm needs 2 images where a feature map is 1x1.
+    ModelCannotRun where none does."""
     in_channels, image_size = image
-    with preserved_state(model):
+    with fc.preserved_state(model):
         model.train()
         for i, probe_batch in enumerate(probes):
             x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
             try:
-                flops, saved = count_flops_and_saved_tensors(model, x)
+                flops, saved = reference_and_saved_tensors(model, x)
                 return flops, saved, probe_batch
             except ValueError as exc:
                 if i + 1 < len(probes) and "more than 1 value per channel" in str(exc):
@@ -503,53 +395,58 @@ def _bytes_at(
     }
 
 
+def _reference(flops: fc.FlopCount, batch_size: int, probe_batch: int) -> dict:
+    """``flops.reference``: fvcore's forward count, scaled from the probe to the batch."""
+    return {
+        "fvcore_forward": _scale(flops.forward, batch_size, probe_batch),
+        "method": fc.METHOD,
+        "uncounted_ops": flops.uncounted_ops,
+    }
+
+
 def complexity_of_model(
     model: nn.Module,
     *,
     batch_size: int,
     image_size: int,
-    in_channels: int = IN_CHANNELS,
     arch: str | None = None,
     probe_batch: int | None = None,
+    step: RecordedStep | None = None,
 ) -> dict:
     """The complexity contract for ``model`` trained on ``batch_size`` square images.
 
-    Counts are taken in train mode on a probe batch and scaled linearly to
-    ``batch_size``: one image by default, two where train-mode batch norm needs more
-    than one value per channel (a 1x1 feature map, e.g. resnet18 at 32x32).
+    FLOPs and the traffic table come from the op recorder's fp32 step on a CPU at the
+    batch (``step``, where the caller recorded it already with ``traffic=True``); the
+    saved tensors and fvcore's reference from a real forward of a probe batch scaled
+    linearly to ``batch_size``: one image by default, two where train-mode batch norm
+    needs more than one value per channel (a 1x1 feature map, e.g. resnet18 at 32x32).
     Raises InputError when the model cannot run at this image size.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"--batch-size {batch_size!r}: must be a positive integer")
-    if not isinstance(image_size, int) or image_size < 1:
-        raise InputError(f"--image-size {image_size!r}: must be a positive integer")
+    positive(batch_size, "--batch-size")
+    positive(image_size, "--image-size")
     name = arch or type(model).__name__
+    if step is None:
+        step = record_step(
+            model, StepSpec("fp32"), batch_size=batch_size, image_size=image_size, traffic=True
+        )
     gen = torch.Generator().manual_seed(0)
-    flops, saved, probe_batch = _probe_step(
-        model, name, (in_channels, image_size), [probe_batch] if probe_batch else [1, 2], gen
+    reference, saved, probe_batch = _probe_step(
+        model, name, (IN_CHANNELS, image_size), [probe_batch] if probe_batch else [1, 2], gen
     )
-
-    def sc(n: int) -> int:
-        return _scale(n, batch_size, probe_batch)
-
-    by_type = {
-        k: {"forward": sc(v["forward"]), "backward": sc(v["backward"])}
-        for k, v in flops.by_layer_type.items()
-    }
+    by_type = flops_by_layer_type(step)
     params = count_params(model)
     trainable = count_params(model, trainable_only=True)  # SGD skips frozen ones
     forward = sum(v["forward"] for v in by_type.values())
     backward = sum(v["backward"] for v in by_type.values())
     optimizer = OPTIMIZER_FLOPS_PER_PARAM * trainable
-    input_bytes = batch_size * in_channels * image_size * image_size * FP32_BYTES
+    input_bytes = batch_size * IN_CHANNELS * image_size * image_size * FP32_BYTES
     by_precision = {
         prec: _bytes_at(prec, saved, (batch_size, probe_batch), params, trainable, input_bytes)
         for prec in PRECISIONS
     }
     fp32 = by_precision["fp32"]
-    largest_fp32 = sc(saved.largest_bytes)
-    x = torch.randn(probe_batch, in_channels, image_size, image_size, generator=gen)
-    traffic = traffic_of_model(model, x, batch_size)
+    largest_fp32 = _scale(saved.largest_bytes, batch_size, probe_batch)
+    traffic = traffic_of_step(step, batch_size)
     for prec in PRECISIONS:
         by_precision[prec]["traffic_bytes_per_step"] = tr.step_traffic_bytes(
             traffic, params, precision=prec, trainable=trainable
@@ -561,7 +458,7 @@ def complexity_of_model(
         "arch": name,
         "batch_size": batch_size,
         "image_size": image_size,
-        "in_channels": in_channels,
+        "in_channels": IN_CHANNELS,
         "params": params,
         "trainable_params": trainable,
         "bytes": {
@@ -578,6 +475,7 @@ def complexity_of_model(
             "optimizer": optimizer,
             "train_step": forward + backward + optimizer,
             "by_layer_type": by_type,
+            "reference": _reference(reference, batch_size, probe_batch),
         },
         "min_dram_bytes_per_step": fp32["min_dram_bytes_per_step"],
         "peak_memory_bytes": fp32["peak_memory_bytes"],
@@ -586,7 +484,7 @@ def complexity_of_model(
         "optimizer": dict(OPTIMIZER),
         "probe_batch": probe_batch,
         "saved_tensors_per_probe": saved.count,
-        "uncounted_ops": flops.uncounted_ops,
+        "uncounted_ops": dict(sorted(step.uncounted.items())),
         "method": METHOD,
     }
 
@@ -598,9 +496,11 @@ def complexity(
     num_classes: int = 1000,
     factory: str | None = None,
     kwargs: dict | None = None,
+    step: RecordedStep | None = None,
 ) -> dict:
     """The complexity contract of torchvision model ``arch`` (``weights=None``), or of the
-    user's model built by ``factory`` (``module:callable``) under the name ``arch``."""
+    user's model built by ``factory`` (``module:callable``) under the name ``arch``
+    (``step``: its fp32 CPU step, where recorded already with ``traffic=True``)."""
     from dnnroofline.study.models import build_custom, refuse_kwargs_without_factory
 
     refuse_kwargs_without_factory(arch, factory, kwargs)
@@ -608,7 +508,9 @@ def complexity(
         model = build_custom(factory, kwargs, num_classes)
     else:
         model = build_model(arch, num_classes=num_classes)
-    result = complexity_of_model(model, batch_size=batch_size, image_size=image_size, arch=arch)
+    result = complexity_of_model(
+        model, batch_size=batch_size, image_size=image_size, arch=arch, step=step
+    )
     result["num_classes"] = num_classes
     return result
 

@@ -34,10 +34,10 @@ some fp32 convolutions of a channels-last model with NCHW kernels behind
 NHWC<->NCHW copies) and the buffers of FFT and Winograd convolutions. The report's ncu
 page shows how many bytes those kernels moved in each capture.
 
-The table is built by :func:`traffic_table` from the op records that
-:mod:`dnnroofline.model.complexity` traces (torch is needed there, not here): rows of
-``[bytes, kind, forward_accesses, backward_accesses, count]`` at the step's batch
-size in fp32, ``kind`` one of :data:`KINDS`.
+The table is built by :func:`traffic_table` from the forward op records of the op
+recorder's fp32 step (:mod:`dnnroofline.model.op_recorder`, ``traffic=True``; torch is
+needed there, not here): rows of ``[bytes, kind, forward_accesses, backward_accesses,
+count]`` at the step's batch size in fp32, ``kind`` one of :data:`KINDS`.
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ def _scale_bytes(count: int, batch_size: int, probe: int) -> int:
 
 
 def traffic_table(records: Sequence[Mapping], batch_size: int, probe: int) -> list[list]:
-    """The model's table from traced op records
-    (:func:`dnnroofline.model.complexity.trace_traffic`).
+    """The model's table from the op recorder's forward records
+    (``RecordedStep.traffic``: each op's input and output storages, their bytes, kind
+    and whether they are fixed).
 
     Accesses per tensor: forward, one per op that reads or writes it; backward, per op
     with a weight or activation input: saved activation inputs read, activation-input

@@ -19,6 +19,7 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
         by = fl.get("by_layer_type") or {}
         tot = sum(data.layer_total(v) for v in by.values())
         tops = sorted(by.items(), key=lambda kv: -data.layer_total(kv[1]))[:top_types]
+        reference = (fl.get("reference") or {}).get("fvcore_forward")
         rows.append(
             {
                 "model": model,
@@ -26,6 +27,9 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
                 "params": c.get("params"),
                 "flops": {k: fl.get(k) for k in ("forward", "backward", "optimizer", "train_step")},
                 "bwd_fwd": ratio_txt(fl.get("backward"), fl.get("forward")),
+                # fvcore's own trace of the forward: an independent check of ours
+                "reference": reference,
+                "vs_reference": ratio_txt(fl.get("forward"), reference),
                 "top_types": [
                     {"type": k, "share": data.layer_total(v) / tot if tot > 0 else None}
                     for k, v in tops
@@ -53,6 +57,13 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
         "rows": rows,
         "by_precision": by_precision,
         "methods": sorted({str(c.get("method")) for c in cx.values() if c.get("method")}),
+        "reference_methods": sorted(
+            {
+                str(m)
+                for c in cx.values()
+                if (m := ((c.get("flops") or {}).get("reference") or {}).get("method"))
+            }
+        ),
     }
 
 
