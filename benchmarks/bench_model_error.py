@@ -87,8 +87,16 @@ def run_h100(work: Path) -> tuple[pd.DataFrame, float]:
     t0 = time.monotonic()
     inventories, complexity = [], []
     for _, model, precision, batch in H100_POINTS:
-        path = work / f"{model}_{precision}_bs{batch}_ops.json"
-        doc = op_inventory(model, precision=precision, batch_size=batch, image_size=224)
+        # the step as the H100 ran it: on CUDA, channels_last (examples/h100/config.yaml)
+        path = work / f"{model}_{precision}_bs{batch}_cuda_cl_ops.json"
+        doc = op_inventory(
+            model,
+            precision=precision,
+            batch_size=batch,
+            image_size=224,
+            device="cuda",
+            channels_last=True,
+        )
         path.write_text(json.dumps(doc))
         inventories.append(str(path))
     for model, batch in sorted({(m, b) for _, m, _, b in H100_POINTS}):
@@ -100,8 +108,11 @@ def run_h100(work: Path) -> tuple[pd.DataFrame, float]:
     common = ["--inventories", *inventories, "--complexity", *complexity]
     common += ["--ceilings", str(results / "ceilings.json")]
     pred, check = work / "predictions.csv", work / "prediction_check.csv"
+    config = work / "study_config.json"  # the env's layout: its inventories' variant
+    config.write_text(json.dumps({"envs": {"h100": {"device": "cuda", "channels_last": True}}}))
     predict.main(
-        [*points, *common, "--env-info", str(results / "env_info.json"), "--out", str(pred)]
+        [*points, *common, "--config", str(config), "--env-info", str(results / "env_info.json")]
+        + ["--out", str(pred)]
     )
     check_predictions.main(
         ["--predictions", str(pred), "--metrics", str(H100 / "metrics.csv"), *common]

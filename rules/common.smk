@@ -14,6 +14,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.report import SECTION_NAMES, section_file
 from dnnroofline.report import SECTIONS as REPORT_SECTIONS
 from dnnroofline.study.precisions import PRECISIONS
+from dnnroofline.model.op_classes import STEP_VARIANTS, step_variant
 from dnnroofline.study.config import Study, alternation
 from dnnroofline.study.identity import (
     CONFIG_KEY_PATTERN,
@@ -377,36 +378,60 @@ def efficiency_files():
     return files
 
 
+def env_step_variant(env):
+    """The step variant of an env's op inventories (dnnroofline.model.op_classes): its
+    device (mps, whose kernels the recorder cannot dispatch, is recorded as cpu) and its
+    channels_last."""
+    return step_variant(STUDY.device(env), STUDY.channels_last(env))
+
+
+def what_if_step_variant(w):
+    """A what-if's step variant: its env's, or on a datasheet GPU cuda, in the memory
+    format of the env whose tables it borrows."""
+    if w.gpu is None:
+        return env_step_variant(w.env)
+    return step_variant("cuda", STUDY.channels_last(w.tables_env))
+
+
 def predicted_points():
-    """(model, precision, batch) of every point predicted: the study's and the what-ifs'."""
-    points = {(c.model, c.precision, c.batch) for c in STUDY.configs()}
-    points |= {(w.model, w.precision, w.batch) for w in STUDY.what_ifs}
+    """(model, precision, batch, step variant) of every point predicted: the study's
+    and the what-ifs'."""
+    points = {
+        (c.model, c.precision, c.batch, env_step_variant(c.env))
+        for c in STUDY.configs()
+    }
+    points |= {
+        (w.model, w.precision, w.batch, what_if_step_variant(w)) for w in STUDY.what_ifs
+    }
     return sorted(points)
 
 
-#: every precision some predicted point is in: each complexity job inventories them all
-INVENTORY_PRECISIONS = [
-    p for p in PRECISIONS if p in {pt[1] for pt in predicted_points()}
-]
+#: every (precision, step variant) some predicted point is in: each complexity job
+#: writes the inventories of them all
+INVENTORY_STEPS = sorted(
+    {(precision, step) for _, precision, _, step in predicted_points()},
+    key=lambda ps: (PRECISIONS.index(ps[0]), STEP_VARIANTS.index(ps[1])),
+)
+
+
+def inventory_path(model, precision, batch, step):
+    return f"results/complexity/{model}_{precision}_bs{batch}_{step}_ops.json"
 
 
 def inventory_flags(wildcards, output):
-    """complexity.py's --inventory PRECISION=PATH for each inventory the job writes."""
-    pairs = zip(INVENTORY_PRECISIONS, output.inventories, strict=True)
-    return " ".join(f"--inventory {precision}={path}" for precision, path in pairs)
+    """complexity.py's --inventory PRECISION:STEP=PATH for each inventory the job writes."""
+    pairs = zip(INVENTORY_STEPS, output.inventories, strict=True)
+    return " ".join(f"--inventory {p}:{step}={path}" for (p, step), path in pairs)
 
 
 def inventory_files():
-    """The op inventory of every point predicted (env-independent, like complexity)."""
-    return [
-        f"results/complexity/{model}_{precision}_bs{batch}_ops.json"
-        for model, precision, batch in predicted_points()
-    ]
+    """The op inventory of every point predicted, in the step variant of its env."""
+    return sorted({inventory_path(*point) for point in predicted_points()})
 
 
 def predicted_complexity_files():
     """The complexity JSON of every point predicted (what-ifs included)."""
-    keys = {(model, batch) for model, _, batch in predicted_points()}
+    keys = {(model, batch) for model, _, batch, _ in predicted_points()}
     return [complexity_path(m, b) for m, b in sorted(keys)]
 
 

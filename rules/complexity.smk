@@ -1,15 +1,16 @@
 # Analytic complexity of each (model, batch): params, bytes, FLOPs (not MACs), and the op
-# inventory of one training step in every precision the study predicts (the model's
-# input), all from one job: one Python and torch start per (model, batch), not per file.
+# inventory of one training step in every precision and step variant (device, memory
+# format) the study predicts (the model's input), all from one job: one Python and torch
+# start per (model, batch), not per file.
 
 
 rule complexity:
     output:
         complexity="results/complexity/{model}_bs{batch}.json",
-        inventories=expand(
-            "results/complexity/{{model}}_{precision}_bs{{batch}}_ops.json",
-            precision=INVENTORY_PRECISIONS,
-        ),
+        inventories=[
+            inventory_path("{model}", precision, "{batch}", step)
+            for precision, step in INVENTORY_STEPS
+        ],
     log:
         "results/logs/complexity/{model}_bs{batch}.log",
     benchmark:

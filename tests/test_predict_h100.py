@@ -42,8 +42,16 @@ def h100(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("h100_predict")
     inventories, complexity = [], []
     for _, model, precision, batch in POINTS:
-        path = tmp / f"{model}_{precision}_bs{batch}_ops.json"
-        doc = op_inventory(model, precision=precision, batch_size=batch, image_size=224)
+        # the step as the H100 ran it: on CUDA, channels_last (examples/h100/config.yaml)
+        path = tmp / f"{model}_{precision}_bs{batch}_cuda_cl_ops.json"
+        doc = op_inventory(
+            model,
+            precision=precision,
+            batch_size=batch,
+            image_size=224,
+            device="cuda",
+            channels_last=True,
+        )
         path.write_text(json.dumps(doc))
         inventories.append(str(path))
     for model, batch in sorted({(m, b) for _, m, _, b in POINTS}):
@@ -51,7 +59,8 @@ def h100(tmp_path_factory):
         path.write_text(json.dumps(cx.complexity(model, batch, 224)))
         complexity.append(str(path))
     config = tmp / "study_config.json"
-    config.write_text(json.dumps({"predict": [WHAT_IF]}))
+    envs = {"h100": {"device": "cuda", "channels_last": True}}
+    config.write_text(json.dumps({"envs": envs, "predict": [WHAT_IF]}))
     points = [a for e, m, p, b in POINTS for a in ("--point", e, m, p, str(b))]
     ceilings = str(RESULTS / "ceilings.json")
     out = {k: tmp / f"{k}.csv" for k in ("predictions", "check", "classes")}

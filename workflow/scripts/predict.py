@@ -14,7 +14,9 @@ rule's list), plus any ``--point``. What-ifs: the ``predict:`` entries of ``--co
 resolved against the envs' files by the config check's own rules (a datasheet GPU
 borrows the tables of a measured CUDA env of its architecture, scaled by the datasheet
 peaks, and ``env_source`` says so). Every file is keyed by its
-content: inventories by ``arch, precision, batch_size``, complexity by ``arch,
+content: inventories by ``arch, precision, batch_size`` and the step variant they record
+(device and memory format: each env's points read the inventory of its own variant, a
+datasheet GPU's cuda in the layout of the env it borrows from), complexity by ``arch,
 batch_size``, ceilings, efficiency and env info by ``env``. An env without an
 efficiency file has its tables derived from its ceilings (said in the notes). No
 metrics and no runs are read: a point is never predicted from its own measurements.
@@ -30,6 +32,7 @@ import pandas as pd
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
+from dnnroofline.model.op_classes import inventory_variant
 
 
 def matrix_points(path: str) -> list[ap.Point]:
@@ -48,12 +51,32 @@ def read(paths: list[str]) -> list[tuple[str, object]]:
     return [(p, read_json(p)) for p in paths]
 
 
+def key_inventories(docs: list[tuple[str, object]]) -> dict[tuple, tuple[str, object]]:
+    """{(arch, precision, batch_size, step variant): (file, doc)}; twice is refused."""
+    out: dict[tuple, tuple[str, object]] = {}
+    for where, doc in docs:
+        (key,) = ap.key_docs([(where, doc)], ("arch", "precision", "batch_size"), "op inventory")
+        key = (*key, inventory_variant(doc))
+        if key in out:
+            raise InputError(f"op inventory for {key} given twice: {out[key][0]} and {where}")
+        out[key] = (where, doc)
+    return out
+
+
+def channels_last_of(config: dict, env: str) -> bool | None:
+    """The env's channels_last as the resolved config gives it (None: not given)."""
+    spec = (config.get("envs") or {}).get(env)
+    value = spec.get("channels_last") if isinstance(spec, dict) else None
+    return None if value is None else bool(value)
+
+
 def build(args: argparse.Namespace) -> pd.DataFrame:
     points = matrix_points(args.matrix) if args.matrix else []
     points += [(e, m, p, int(b)) for e, m, p, b in args.point]
-    inventories = ap.key_docs(
-        read(args.inventories), ("arch", "precision", "batch_size"), "op inventory"
-    )
+    inventories = key_inventories(read(args.inventories))
+    config = read_json(args.config) if args.config else {}
+    if not isinstance(config, dict):
+        raise InputError(f"{args.config}: expected the study config as a JSON object")
     complexity = ap.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
     ceilings = ap.key_docs(read(args.ceilings), ("env",), "ceilings")
     efficiency = ap.key_docs(read(args.efficiency), ("env",), "efficiency tables")
@@ -61,12 +84,9 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
     envs = {}
     for (env,), (where, doc) in ceilings.items():
         eff_where, eff = efficiency.get((env,), ("", None))
-        envs[env] = ap.EnvFiles(
-            env, doc, eff, env_info.get((env,), (None, None))[1], where, eff_where
-        )
-    config = read_json(args.config) if args.config else {}
-    if not isinstance(config, dict):
-        raise InputError(f"{args.config}: expected the study config as a JSON object")
+        info = env_info.get((env,), (None, None))[1]
+        layout = channels_last_of(config, env)
+        envs[env] = ap.EnvFiles(env, doc, eff, info, where, eff_where, channels_last=layout)
     what_ifs = ap.resolve_what_ifs(config.get("predict"), envs)
     rows = ap.prediction_rows(points, what_ifs, inventories, complexity, envs)
     return pd.DataFrame(rows, columns=ap.PREDICTION_COLUMNS)
