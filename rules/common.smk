@@ -406,12 +406,14 @@ def predicted_points():
     return sorted(points)
 
 
-#: every (precision, step variant) some predicted point is in: each complexity job
-#: writes the inventories of them all
-INVENTORY_STEPS = sorted(
-    {(precision, step) for _, precision, _, step in predicted_points()},
-    key=lambda ps: (PRECISIONS.index(ps[0]), STEP_VARIANTS.index(ps[1])),
-)
+def inventory_steps():
+    """Every (precision, step variant) some predicted point is in, in their orders: each
+    complexity job writes the inventories of them all."""
+    predicted = {(precision, step) for _, precision, _, step in predicted_points()}
+    return [(p, s) for p in PRECISIONS for s in STEP_VARIANTS if (p, s) in predicted]
+
+
+INVENTORY_STEPS = inventory_steps()
 
 
 def inventory_path(model, precision, batch, step):
