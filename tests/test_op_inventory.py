@@ -289,6 +289,21 @@ def test_a_fake_cuda_step_is_the_gpu_s():
     assert "non_finite_check_and_unscale" in before and after.startswith("aten._foreach_")
 
 
+def test_googlenet_on_cuda_keeps_its_aux_logits():
+    """GoogLeNet's initialisation reads values: it is built for real, copied into the
+    fake mode and moved to CUDA; in training its two aux heads add their losses (x 0.4)."""
+    inv = _inventory("googlenet", "amp", 2, 32, "cuda")
+    loss = Counter()
+    for o in inv["ops"]:
+        if o["layer"] == "loss" and o["phase"] == "forward":
+            loss[o["name"]] += o["count"]
+    assert loss["aten._log_softmax.default"] == loss["aten.nll_loss_forward.default"] == 3
+    assert loss["aten.mul.Tensor"] == 2  # the aux losses' weights
+    # the aux heads' functional dropout: CUDA's fused kernel, in the dropout layer
+    dropout = {o["name"] for o in inv["ops"] if o["layer"] == "dropout"}
+    assert "aten.native_dropout.default" in dropout
+
+
 def test_a_bf16_cuda_step_waits_for_nothing():
     inv = _inventory("resnet18", "bf16", 8, 32, "cuda")
     assert SYNC not in inv["sequence"] and not inv["step"]["grad_scaler"]
@@ -321,6 +336,9 @@ def test_every_op_has_its_class_features(which):
         missing = FEATURES[op["class"]] - set(op["shape"])
         assert not missing, f"{op['name']} ({op['class']}) lacks {missing}"
         assert all(isinstance(v, (int, bool)) for v in op["shape"].values()), op
+        sizes = {k: v for k, v in op["shape"].items() if not isinstance(v, bool)}
+        sizes.pop("inputs", None)  # an elementwise op may read no tensor
+        assert min(sizes.values()) >= 1, op  # sizes are logged by the model's fit
         seen.add(op["class"])
     assert seen >= {"gemm", "elementwise", "reduction", "normalization", "optimizer", "copy"}
 

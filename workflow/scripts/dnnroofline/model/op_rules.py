@@ -39,8 +39,8 @@ norm's ``num_batches_tracked += 1``) counts 0. Ops without a rule have ``flops``
 
 Bytes: every tensor argument read in full and every output (and argument written in
 place) written in full, each tensor once per op, no cache credit; an expanded argument
-counts its storage. Views and metadata-only ops move nothing: :func:`describe` gives
-None for them, and they are in no inventory.
+counts its storage. Views, metadata-only ops, allocations and ops that write no element
+move nothing: :func:`describe` gives None for them, and they are in no inventory.
 """
 
 from __future__ import annotations
@@ -553,8 +553,8 @@ def describe(
     written = _unique(_written_args(func, args, kwargs))
     returned = tensors(out)
     outs = _unique(returned + written)
-    if not outs:
-        return None  # queries (device, size): nothing written
+    if not any(t.numel() for t in outs):
+        return None  # queries (device, size), empty tensors: nothing written, no kernel
     first = returned or outs
     extra: dict = {}
     kind = None
