@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from dnnroofline.errors import InputError
 from dnnroofline.model import complexity as cx
 from dnnroofline.model.flop_count import count_forward
-from dnnroofline.model.op_recorder import record_call
+from dnnroofline.model.op_recorder import StepSpec, record_call, record_step
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "complexity.py"
@@ -282,6 +282,18 @@ def test_scaling_with_batch_matches_a_real_trace():
     # batch: (12 - 1) - 3 * (4 - 1) = 2 adds per class more
     assert big["flops"]["backward"] == 3 * result["flops"]["backward"] + 2 * 1000
     assert big["flops"]["optimizer"] == result["flops"]["optimizer"]
+
+
+def test_backward_ops_are_charged_to_their_layer():
+    """A backward op counts in the layer of the forward op whose autograd node runs it,
+    however autograd numbers its nodes: EfficientNet's in-place SiLU makes its node,
+    then the clone's of the input it saves, then runs; its in-place dropout on a view
+    gets a CopySlices node after it returns."""
+    step = record_step("efficientnet_b0", StepSpec("fp32"), batch_size=8, image_size=64)
+    by = cx.flops_by_layer_type(step)
+    assert by["activation"]["backward"] == by["activation"]["forward"]  # SiLU, sigmoid
+    assert 5 * by["batchnorm"]["backward"] == 9 * by["batchnorm"]["forward"]
+    assert 2 * by["dropout"]["backward"] == by["dropout"]["forward"]  # the mask multiply
 
 
 #: fvcore traces the Python-level ops (TorchScript: aten::linear, aten::batch_norm...),

@@ -140,6 +140,7 @@ class _Recorder:
         self.done: int | None = None  # the node autograd's engine has finished
         self._peek = _next_node()
         self._last_layer: str | None = None
+        self._left: list[int] = []  # nodes the previous op left to the next one
         self._keep: list[torch.Tensor] = []  # no storage address reused while recording
 
     def dispatched(self, func: Any, args: tuple, kwargs: dict, out: Any, peek: int) -> None:
@@ -150,7 +151,7 @@ class _Recorder:
         )
         layer = self._layer(info)
         if self.phase == "forward":
-            self._name_nodes(peek, layer, args, kwargs)
+            self._name_nodes(peek, layer, args, kwargs, info is not None)
         self._peek = _next_node()
         if info is None:
             return
@@ -164,19 +165,22 @@ class _Recorder:
         if self.phase == "forward" and self.scope != "loss" and self.kinds is not None:
             self._traffic(info.name, args, kwargs, out)
 
-    def _name_nodes(self, peek: int, layer: str | None, args: tuple, kwargs: dict) -> None:
-        """Autograd creates an op's node just before dispatching it (the sequence number
-        before the op's); a node made after the previous op returned (CopySlices, for an
-        in-place op on a view) is that op's."""
-        if peek <= self._peek:
-            return  # no node since the previous op
+    def _name_nodes(self, peek: int, layer: str | None, args: tuple, kwargs: dict, data: bool):
+        """Give the autograd nodes made since the previous op a layer. Autograd makes an
+        op's node just before dispatching it (the sequence number before the op's), but
+        an in-place op that saves its input makes its node, then the clone's, then
+        dispatches the clone and itself (no new node: it takes its own, left over by the
+        clone); a node made after an op returned (CopySlices, for an in-place op on a
+        view) is that op's."""
+        new = list(range(self._peek, peek))
         graded = any(t.requires_grad for t in op_rules.tensors((args, kwargs)))
-        own = peek - 1 if graded else peek
-        for seq in range(self._peek, own):
-            self.node_layers.setdefault(seq, self._last_layer)
-        if graded:
-            self.node_layers[own] = layer
-        self._last_layer = layer
+        if graded and new:
+            self.node_layers[new.pop()] = layer
+        elif graded and data and self._left:
+            self.node_layers[self._left.pop()] = layer
+        for seq in new:
+            self.node_layers[seq] = self._last_layer  # unless the next op takes it
+        self._left, self._last_layer = new, layer
 
     def _layer(self, info: op_rules.OpInfo | None) -> str | None:
         if self.phase == "forward":
