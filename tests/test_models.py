@@ -10,13 +10,8 @@ import pytest
 
 from dnnroofline.errors import InputError
 from dnnroofline.model.complexity import complexity
-from dnnroofline.study.models import (
-    FAMILY_PATTERNS,
-    check_factory,
-    model_family,
-    model_kwargs_arg,
-    torchvision_classifiers,
-)
+from dnnroofline.study.families import FAMILY_PATTERNS, model_family
+from dnnroofline.study.models import check_factory, model_kwargs_arg, torchvision_classifiers
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "tests" / "data" / "models"

@@ -3,7 +3,7 @@
 The model proper learns nothing from runs (``predictions.csv`` is made without them).
 This is a separate, named method that may: for a measured point q of an env, it fits
 two scale factors on the env's other measured points whose model family differs from
-q's (leave one family out, :func:`dnnroofline.study.models.model_family`), one for the
+q's (leave one family out, :func:`dnnroofline.study.families.model_family`), one for the
 model's predicted device time and one for its host time (dispatch and the step's fixed
 costs), and predicts q's step with them:
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from dnnroofline.study.models import model_family
+from dnnroofline.study.families import model_family
 
 NAME = "model_loo"
 #: The range of each scale factor: the model's times are off by less than tenfold.

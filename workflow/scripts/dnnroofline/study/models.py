@@ -17,7 +17,6 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -87,37 +86,6 @@ def torchvision_classifiers(cache_dir: Path | None = None) -> list[str]:
     install (:func:`dnnroofline.install_cache.kept_per_install`) in ``cache_dir``."""
     return kept_per_install(
         "torchvision_models", "torchvision", _list_torchvision_classifiers, where=cache_dir
-    )
-
-
-#: torchvision's classifiers by family, each a full match of its names: a model learns
-#: nothing of itself from a sibling of another size when its family is left out.
-FAMILY_PATTERNS = {
-    "resnet": r"(wide_)?resnet\d+(_2)?|resnext\d+_\d+x\d+d",
-    "mobilenet": r"mobilenet_v2|mobilenet_v3_(large|small)",
-    "efficientnet": r"efficientnet_(b\d|v2_[sml])",
-    "regnet": r"regnet_[xy]_\d+(_\d+)?[mg]f",
-    "densenet": r"densenet\d+",
-    "vgg": r"vgg\d+(_bn)?",
-    "shufflenet": r"shufflenet_v2_x\d_\d",
-    "squeezenet": r"squeezenet1_[01]",
-    "mnasnet": r"mnasnet\d_\d+",
-    "convnext": r"convnext_(tiny|small|base|large)",
-    "vit": r"vit_[bhl]_\d+",
-    "swin": r"swin_(v2_)?[tsb]",
-    "maxvit": r"maxvit_t",
-    "alexnet": r"alexnet",
-    "inception": r"googlenet|inception_v3",
-}
-
-
-def model_family(name: str) -> str:
-    """The family of a model of the study: torchvision's by :data:`FAMILY_PATTERNS`
-    (resnet18 and resnext50_32x4d are both ``resnet``); any other name, a user's
-    factory model, is a family of its own."""
-    return next(
-        (family for family, pattern in FAMILY_PATTERNS.items() if re.fullmatch(pattern, name)),
-        name,
     )
 
 
