@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dnnroofline.aggregate.check import measured_points
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
-from dnnroofline.aggregate.predictions import measured_points
 from dnnroofline.model import transfer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from test_predict import CEILINGS, COMPLEXITY, INVENTORY
 
-from dnnroofline.aggregate import predictions as ap
+from dnnroofline.aggregate import check as ac
 from dnnroofline.model import loo
 
 # (device_s, host_s) the model predicts per model: two resnets, two mobilenets, and
@@ -81,12 +81,12 @@ def metrics(slower=None, batch=8):
 
 def loo_rows(metrics_df, preds=None):
     models = list(TIMES)
-    rows = ap.check_rows(
+    rows = ac.check_rows(
         predictions() if preds is None else preds,
         metrics_df,
         {(m, 8): ("c.json", COMPLEXITY) for m in models},
         {"local": ("ceilings.json", CEILINGS)},
-        {(m, "fp32", 8): ("i.json", INVENTORY) for m in models},
+        {(m, "fp32", 8, "cpu"): ("i.json", INVENTORY) for m in models},
     )
     return {r["model"]: r for r in rows if r["method"] == loo.NAME}
 

@@ -20,6 +20,7 @@ import pytest
 
 import check_predictions
 import predict
+from dnnroofline.aggregate import check as ac
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.model import complexity as cx
 from dnnroofline.model.op_inventory import op_inventory
@@ -105,10 +106,10 @@ def test_every_point_and_the_what_if_predicted(h100):
 
 def test_every_method_checked_with_a_finite_error(h100):
     check = h100["check"]
-    assert list(check.columns) == ap.CHECK_COLUMNS
-    assert len(check) == len(POINTS) * len(ap.METHODS)
+    assert list(check.columns) == ac.CHECK_COLUMNS
+    assert len(check) == len(POINTS) * len(ac.METHODS)
     for _, rows in check.groupby(["model", "precision", "batch"]):
-        assert list(rows["method"]) == list(ap.METHODS)
+        assert list(rows["method"]) == list(ac.METHODS)
     # model_loo learns from other model families: the H100 measured resnets alone
     loo = check["method"] == "model_loo"
     assert check.loc[~loo, "error_pct"].map(math.isfinite).all()
@@ -127,9 +128,9 @@ def test_every_method_checked_with_a_finite_error(h100):
 
 def test_class_shares_beside_ncu_kernel_time(h100):
     classes = h100["classes"]
-    assert len(classes) == len(POINTS) * len(ap.CLASS_GROUPS)
+    assert len(classes) == len(POINTS) * len(ac.CLASS_GROUPS)
     for _, rows in classes.groupby(["model", "precision", "batch"]):
-        assert list(rows["group"]) == list(ap.CLASS_GROUPS)
+        assert list(rows["group"]) == list(ac.CLASS_GROUPS)
         assert rows["model_share"].sum() == pytest.approx(1.0, abs=1e-3)  # 4-digit shares
         assert rows["ncu_share"].sum() == pytest.approx(1.0)
     # the captures' convolutions and GEMMs take a share of kernel time in each point

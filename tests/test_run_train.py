@@ -112,8 +112,8 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
 def assert_the_check_leaves_the_runtime_out(rec):
     """The RSS before the model was built is the runtime (torch imported: 100s of MB),
     under the peak; the check's measured peak on a CPU is the rest (issue 36, point 7)."""
+    from dnnroofline.aggregate.check import RSS_ABOVE_RUNTIME, measured_points
     from dnnroofline.aggregate.metrics import metrics_frame
-    from dnnroofline.aggregate.predictions import RSS_ABOVE_RUNTIME, measured_points
 
     before = rec["rss_before_model_bytes"]
     assert 100e6 < before < rec["max_rss_bytes"]

@@ -125,7 +125,7 @@ def test_every_method_starts_from_the_origins_measured_step():
 
 
 def test_the_check_has_prediction_checks_columns_and_names_what_was_not_measured():
-    from dnnroofline.aggregate.predictions import CHECK_COLUMNS
+    from dnnroofline.aggregate.check import CHECK_COLUMNS
 
     predicted = [
         {

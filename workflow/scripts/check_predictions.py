@@ -24,7 +24,8 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate import predictions as ap
+from dnnroofline.aggregate import check as ac
+from dnnroofline.aggregate import model_files as mf
 from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
@@ -43,19 +44,17 @@ def build(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     metrics = read_csv(args.metrics, "metrics", METRICS_DTYPES)
     predictions = read_csv(args.predictions, "predictions", {"env": str, "model": str})
     pred_rows = predictions.to_dict("records")
-    complexity = ap.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
-    ceilings = {e: v for (e,), v in ap.key_docs(read(args.ceilings), ("env",), "ceilings").items()}
-    inventories = ap.key_docs(
-        read(args.inventories), ("arch", "precision", "batch_size"), "op inventory"
-    )
-    rows = ap.check_rows(pred_rows, metrics, complexity, ceilings, inventories)
-    check = pd.DataFrame(rows, columns=ap.CHECK_COLUMNS)
+    complexity = mf.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
+    ceilings = {e: v for (e,), v in mf.key_docs(read(args.ceilings), ("env",), "ceilings").items()}
+    inventories = mf.key_inventories(read(args.inventories))
+    rows = ac.check_rows(pred_rows, metrics, complexity, ceilings, inventories)
+    check = pd.DataFrame(rows, columns=ac.CHECK_COLUMNS)
     if not args.ncu:
         return check, None
     groups = [(r["env"], r["model"], r["precision"], int(r["batch"])) for r in pred_rows]
     ncu, _ = key_by_identity(read(args.ncu), groups)
     by_point = {tuple(k): doc for k, (_, doc) in ncu.items()}
-    classes = ap.class_comparison_rows(pred_rows, by_point)
+    classes = ac.class_comparison_rows(pred_rows, by_point)
     return check, pd.DataFrame(classes, columns=CLASS_COLUMNS)
 
 

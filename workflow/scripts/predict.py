@@ -29,13 +29,13 @@ import sys
 
 import pandas as pd
 
+from dnnroofline.aggregate import model_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model.op_classes import inventory_variant
 
 
-def matrix_points(path: str) -> list[ap.Point]:
+def matrix_points(path: str) -> list[mf.Point]:
     runs = read_json(path)
     if not isinstance(runs, list):
         raise InputError(f"{path}: expected a list of runs")
@@ -51,18 +51,6 @@ def read(paths: list[str]) -> list[tuple[str, object]]:
     return [(p, read_json(p)) for p in paths]
 
 
-def key_inventories(docs: list[tuple[str, object]]) -> dict[tuple, tuple[str, object]]:
-    """{(arch, precision, batch_size, step variant): (file, doc)}; twice is refused."""
-    out: dict[tuple, tuple[str, object]] = {}
-    for where, doc in docs:
-        (key,) = ap.key_docs([(where, doc)], ("arch", "precision", "batch_size"), "op inventory")
-        key = (*key, inventory_variant(doc))
-        if key in out:
-            raise InputError(f"op inventory for {key} given twice: {out[key][0]} and {where}")
-        out[key] = (where, doc)
-    return out
-
-
 def channels_last_of(config: dict, env: str) -> bool | None:
     """The env's channels_last as the resolved config gives it (None: not given)."""
     spec = (config.get("envs") or {}).get(env)
@@ -73,14 +61,14 @@ def channels_last_of(config: dict, env: str) -> bool | None:
 def build(args: argparse.Namespace) -> pd.DataFrame:
     points = matrix_points(args.matrix) if args.matrix else []
     points += [(e, m, p, int(b)) for e, m, p, b in args.point]
-    inventories = key_inventories(read(args.inventories))
+    inventories = mf.key_inventories(read(args.inventories))
     config = read_json(args.config) if args.config else {}
     if not isinstance(config, dict):
         raise InputError(f"{args.config}: expected the study config as a JSON object")
-    complexity = ap.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
-    ceilings = ap.key_docs(read(args.ceilings), ("env",), "ceilings")
-    efficiency = ap.key_docs(read(args.efficiency), ("env",), "efficiency tables")
-    env_info = ap.key_docs(read(args.env_info), ("env",), "env info")
+    complexity = mf.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
+    ceilings = mf.key_docs(read(args.ceilings), ("env",), "ceilings")
+    efficiency = mf.key_docs(read(args.efficiency), ("env",), "efficiency tables")
+    env_info = mf.key_docs(read(args.env_info), ("env",), "env info")
     envs = {}
     for (env,), (where, doc) in ceilings.items():
         eff_where, eff = efficiency.get((env,), ("", None))

@@ -24,9 +24,9 @@ import sys
 
 import pandas as pd
 
+from dnnroofline.aggregate.check import measured_points
 from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
-from dnnroofline.aggregate.predictions import measured_points
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
 from dnnroofline.model import transfer

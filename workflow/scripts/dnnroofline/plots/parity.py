@@ -17,7 +17,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from dnnroofline.aggregate.predictions import METHODS
+from dnnroofline.aggregate.check import METHODS
 from dnnroofline.plots.roofline import save_figure
 
 #: The band drawn around y = x: predictions within ±10% of the measurement.

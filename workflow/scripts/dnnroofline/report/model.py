@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from dnnroofline.aggregate.predictions import METHODS
+from dnnroofline.aggregate.check import METHODS
 from dnnroofline.formatting import isnum, missing, to_bool
 from dnnroofline.model.predict import INTERVAL_LEVEL, METHOD
 from dnnroofline.model.scoring import check_summary
