@@ -1,15 +1,16 @@
-"""Efficiency tables of one env: the share of its roof each op class attains, by size.
+"""Efficiency tables of one env: how fast each op class runs, as a share of its roof.
 
 An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.efficiency`) holds,
 per precision and per table key (:data:`dnnroofline.model.op_classes.TABLE_KEYS`), rows
-of microbenchmarked ops: their FLOPs, bytes, ideal time on the env's measured roofs
-(``ideal_s = max(flops / compute roof, bytes / memory roof)``) and the efficiency they
-attained (``ideal_s / device seconds``). The model looks an op up by its own ideal time:
-:meth:`Tables.efficiency` smooths each row by the median of it and its neighbours (a
-microbenchmark disturbed by another process must not set its size's efficiency alone),
-interpolates linearly in log ideal time between the rows, clamps beyond the smallest and
-largest row, and falls back along :data:`~dnnroofline.model.op_classes.FALLBACK_TABLE`
-where the op's own table is missing.
+of microbenchmarked ops drawn over shape ranges: their shape, FLOPs, bytes, seconds per
+call, ideal time on the env's measured roofs (``ideal_s = max(flops / compute roof,
+bytes / memory roof)``) and efficiency (``ideal_s / seconds``); and the host's costs
+(``dispatch``: per op with and without autograd, the step's fixed costs). The timed
+calls of a CPU sweep hold the host's cost of a call without autograd: :func:`load_tables`
+takes it out, so that a row's efficiency is its compute's. The model looks an op up by
+its shape (:meth:`Tables.efficiencies`, one fit per table:
+:mod:`dnnroofline.model.shape_fit`), falling back along
+:data:`~dnnroofline.model.op_classes.FALLBACK_TABLE` where the op's own table is missing.
 
 Where an env has no sweep (the committed H100 example), :func:`tables_from_ceilings`
 derives coarser tables from its ``ceilings.json``: the GEMM and convolution candidates
@@ -23,17 +24,17 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dnnroofline.errors import InputError
+from dnnroofline.model import shape_fit
 from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS
-from dnnroofline.model.roofline import parse_roofs, select_roof
+from dnnroofline.model.roofline import ideal_seconds, parse_roofs, select_roof
 from dnnroofline.study.precisions import PRECISIONS, operand_bytes, roof_names
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The ceilings' candidates record no bytes: they are derived from shapes, at the
 #: precision's operand_bytes. The STREAM arrays' element size per device (float64; MPS
 #: has none: float32), and each benchmark's FLOPs per element: a table row's ideal time
@@ -81,11 +82,6 @@ def roofs_from_ceilings(
     return {"compute": compute, "memory": memory.value}, notes
 
 
-def ideal_seconds(flops: float, nbytes: float, roof_flops: float, roof_bw: float) -> float:
-    """An op's time at its roofs: the longer of its FLOPs and its bytes at full rate."""
-    return max(flops / roof_flops, nbytes / roof_bw)
-
-
 def table_row(
     flops: float, nbytes: float, seconds: float, roof_flops: float, roof_bw: float, what: str
 ) -> dict:
@@ -103,6 +99,17 @@ def table_row(
 
 # --------------------------------------------------------------------------- lookup
 
+#: A CPU row's device time is at least this share of its call: a call little longer than
+#: the host's cost would otherwise leave a difference of two near numbers, noise.
+MIN_DEVICE_SHARE = 1 / 3
+#: The op class whose host cost per call (``dispatch.bare_s``) a table's calls hold.
+TABLE_CLASS = {
+    "conv_fwd": "conv",
+    "conv_bwd": "conv",
+    "conv_depthwise_fwd": "conv_depthwise",
+    "conv_depthwise_bwd": "conv_depthwise",
+}
+
 
 def _positive(value: Any, at: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -112,48 +119,18 @@ def _positive(value: Any, at: str) -> float:
     return float(value)
 
 
-def _points(rows: Sequence[Mapping]) -> tuple[tuple[float, float], ...]:
-    """(log ideal_s, efficiency) per distinct ideal time, sorted; rows of one ideal time
-    (ops of equal bytes) merged by their geometric mean."""
-    by_ideal: dict[float, list[float]] = {}
-    for r in rows:
-        by_ideal.setdefault(math.log(r["ideal_s"]), []).append(math.log(r["efficiency"]))
-    merged = [(x, sum(v) / len(v)) for x, v in sorted(by_ideal.items())]
-    return tuple((x, math.exp(y)) for x, y in _running_median(merged))
-
-
-def _running_median(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Each point's y replaced by the median of it and its neighbours (two at the ends):
-    one microbenchmark disturbed by another process, or an allocation's page faults,
-    must not set the efficiency of every op near its size on its own."""
-    if len(points) < 3:
-        return points
-    ys = [y for _, y in points]
-    return [(x, statistics.median(ys[max(0, i - 1) : i + 2])) for i, (x, _) in enumerate(points)]
-
-
-def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Linear interpolation of ``points`` ((x, y) sorted by x) at ``x``, clamped to the
-    end values outside them."""
-    if x <= points[0][0]:
-        return points[0][1]
-    if x >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
-
-
 @dataclass(frozen=True)
 class Tables:
-    """An env's efficiency tables, validated (:func:`load_tables`)."""
+    """An env's efficiency tables, validated (:func:`load_tables`); each table's fit is
+    made on its first use and kept."""
 
     where: str
     source: str
     roofs: dict
     dispatch: dict | None
     rows: dict[str, dict[str, tuple[dict, ...]]]  # precision -> table key -> rows
+    _fits: dict = field(default_factory=dict, compare=False, repr=False)
+    _residuals: dict = field(default_factory=dict, compare=False, repr=False)
 
     def table_used(self, precision: str, key: str) -> str:
         """The table an op of ``key`` is looked up in: its own, else the first measured
@@ -172,23 +149,67 @@ class Tables:
             tried.append(nxt)
         return tried[-1]
 
-    def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]:
-        """The efficiency an op of table ``key`` attains at ``ideal_s`` (interpolated
-        over log ideal time, clamped at the table's ends), and the table it came from."""
+    def efficiencies(
+        self, precision: str, key: str, items: Sequence[Mapping]
+    ) -> tuple[list[float], str, int]:
+        """The efficiency each op of table ``key`` attains (``items``: ``shape``,
+        ``phase``, ``ideal_s``, ``flops``, ``bytes``), the table it came from, and how
+        many ops were read by their ideal time alone (a fallback table, of another
+        class, reads every op so; a shape without the table's features too)."""
         used = self.table_used(precision, key)
-        x = math.log(_positive(ideal_s, f"ideal_s of a {key} op"))
-        return interpolate(_points(self._precision(precision)[used]), x), used
+        for i, item in enumerate(items):
+            _positive(item.get("ideal_s"), f"ideal_s of {key} op {i}")
+        fit = self._fit(precision, used)
+        if used != key:  # another class's features do not describe this op
+            fit = shape_fit.Fit(used, None, fit.points, fit.log_bound)
+        logs, by_ideal = fit.log_efficiency(items, f"{self.where}: {precision} {key}")
+        return [math.exp(v) for v in logs], used, by_ideal
 
-    def _precision(self, precision: str) -> dict[str, tuple[dict, ...]]:
+    def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]:
+        """One op known by its ideal time alone (no shape): the table's interpolation."""
+        _positive(ideal_s, f"ideal_s of a {key} op")
+        used = self.table_used(precision, key)
+        fit = self._fit(precision, used)
+        logs, _ = shape_fit.Fit(used, None, fit.points, fit.log_bound).log_efficiency(
+            [{"ideal_s": ideal_s}], self.where
+        )
+        return math.exp(logs[0]), used
+
+    def residuals(self, precision: str, key: str) -> list[float]:
+        """``log(measured / predicted time)`` of the rows of the table ``key`` is read
+        from, each predicted by a fit without it (cross-validated)."""
+        used = self.table_used(precision, key)
+        name = self._precision_name(precision)
+        if (name, used) not in self._residuals:
+            rows = self.rows[name][used]
+            self._residuals[(name, used)] = shape_fit.cross_validated_residuals(
+                used, rows, f"{self.where}: tables.{name}.{used}"
+            )
+        return self._residuals[(name, used)]
+
+    def _fit(self, precision: str, used: str) -> shape_fit.Fit:
+        name = self._precision_name(precision)
+        if (name, used) not in self._fits:
+            at = f"{self.where}: tables.{name}.{used}"
+            self._fits[(name, used)] = shape_fit.fit_table(used, self.rows[name][used], at)
+        return self._fits[(name, used)]
+
+    def _precision_name(self, precision: str) -> str:
         for name in roof_names(precision):
             if name in self.rows:
-                return self.rows[name]
+                return name
         raise InputError(
             f"{self.where}: no tables for precision {precision!r} (it has {sorted(self.rows)})"
         )
 
+    def _precision(self, precision: str) -> dict[str, tuple[dict, ...]]:
+        return self.rows[self._precision_name(precision)]
 
-def _load_rows(rows: Any, at: str) -> tuple[dict, ...]:
+
+def _load_rows(rows: Any, at: str, bare_s: float | None) -> tuple[dict, ...]:
+    """A table's rows, validated, each with its device efficiency: its seconds less
+    ``bare_s``, the host's cost per call, where given (at least
+    :data:`MIN_DEVICE_SHARE` of the call)."""
     if not isinstance(rows, list):
         raise InputError(f"{at} must be a list of rows, got {type(rows).__name__}")
     out = []
@@ -197,8 +218,20 @@ def _load_rows(rows: Any, at: str) -> tuple[dict, ...]:
             raise InputError(f"{at}[{i}] must be an object, got {row!r}")
         ideal = _positive(row.get("ideal_s"), f"{at}[{i}].ideal_s")
         eff = _positive(row.get("efficiency"), f"{at}[{i}].efficiency")
+        if bare_s and row.get("seconds"):
+            seconds = _positive(row["seconds"], f"{at}[{i}].seconds")
+            eff = ideal / max(seconds - bare_s, seconds * MIN_DEVICE_SHARE)
         out.append({**row, "ideal_s": ideal, "efficiency": eff})
     return tuple(out)
+
+
+def _bare_seconds(dispatch: Mapping | None, device: str, key: str) -> float | None:
+    """The host's cost of one call of table ``key``'s class without autograd, which a
+    CPU sweep's timed calls hold (a CUDA sweep times the device alone)."""
+    if device != "cpu" or not dispatch or not isinstance(dispatch.get("bare_s"), Mapping):
+        return None
+    value = dispatch["bare_s"].get(TABLE_CLASS.get(key, key))
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
@@ -213,21 +246,24 @@ def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
     tables = doc.get("tables")
     if not isinstance(tables, Mapping) or not tables:
         raise InputError(f"{where}: tables must map each precision to its tables")
+    dispatch = doc.get("dispatch")
+    if dispatch is not None and not isinstance(dispatch, Mapping):
+        raise InputError(f"{where}: dispatch must be an object or null, got {dispatch!r}")
+    device = str(doc.get("device") or "")
     rows: dict[str, dict[str, tuple[dict, ...]]] = {}
     for p, by_key in tables.items():
         if p not in compute:
             raise InputError(f"{where}: tables.{p} has no compute roof in roofs.compute")
         if not isinstance(by_key, Mapping):
             raise InputError(f"{where}: tables.{p} must map table keys to rows")
-        for key in by_key:
+        rows[p] = {}
+        for key, table in by_key.items():
             if key not in TABLE_KEYS:
                 raise InputError(
                     f"{where}: tables.{p}.{key}: unknown table key ({', '.join(TABLE_KEYS)})"
                 )
-        rows[p] = {k: _load_rows(v, f"{where}: tables.{p}.{k}") for k, v in by_key.items()}
-    dispatch = doc.get("dispatch")
-    if dispatch is not None and not isinstance(dispatch, Mapping):
-        raise InputError(f"{where}: dispatch must be an object or null, got {dispatch!r}")
+            bare = _bare_seconds(dispatch, device, key)
+            rows[p][key] = _load_rows(table, f"{where}: tables.{p}.{key}", bare)
     return Tables(
         where=where,
         source=str(doc.get("source", "?")),
@@ -235,30 +271,6 @@ def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
         dispatch=None if dispatch is None else dict(dispatch),
         rows=rows,
     )
-
-
-def loo_log_residuals(tables: Tables) -> list[dict]:
-    """Leave-one-out errors of the tables: each row's efficiency predicted from the other
-    rows of its table (as :meth:`Tables.efficiency` would), as ``log(predicted /
-    measured)``; tables of fewer than 3 distinct sizes give none (nothing to interpolate)."""
-    out = []
-    for p, by_key in tables.rows.items():
-        for key, rows in by_key.items():
-            if len(_points(rows)) < 3:
-                continue
-            for i, row in enumerate(rows):
-                rest = [r for j, r in enumerate(rows) if j != i]
-                pred = interpolate(_points(rest), math.log(row["ideal_s"]))
-                out.append(
-                    {
-                        "precision": p,
-                        "key": key,
-                        "what": row.get("what"),
-                        "ideal_s": row["ideal_s"],
-                        "log_residual": math.log(pred / row["efficiency"]),
-                    }
-                )
-    return out
 
 
 # --------------------------------------------------------------------------- from ceilings
@@ -293,6 +305,18 @@ def _candidate_what(cand: Mapping) -> str:
     )
 
 
+def _candidate_shape(cand: Mapping) -> dict:
+    """A ceilings candidate's shape as the op inventory records one of its class."""
+    p = cand.get("params") or {}
+    if cand["kind"] == "gemm":
+        n = int(p["n"])
+        return {"m": int(p.get("m", n)), "n": n, "k": int(p.get("k", n))}
+    hw, k, bwd = int(p["hw"]), int(p["kernel"]), bool(p.get("backward"))
+    return {"n": int(p["batch"]), "c_in": int(p["c_in"]), "c_out": int(p["c_out"]), "h": hw,
+            "w": hw, "h_out": hw, "w_out": hw, "kh": k, "kw": k, "stride": 1, "groups": 1,
+            "input_grad": bwd, "weight_grad": bwd}  # fmt: skip
+
+
 def _best_seconds(entry: Mapping) -> float | None:
     times = entry.get("times_s")
     best = times.get("min") if isinstance(times, Mapping) else None
@@ -323,7 +347,9 @@ def _compute_tables(ceilings: Mapping, p: str, roofs: dict) -> dict[str, list[di
                 roofs["memory"],
                 _candidate_what(cand),
             )
-            tables.setdefault(key, []).append(row)
+            phase = "backward" if key == "conv_bwd" else "forward"
+            tables.setdefault(key, []).append({**row, "shape": _candidate_shape(cand),
+                                               "phase": phase})  # fmt: skip
     return tables
 
 
@@ -345,8 +371,10 @@ def _memory_tables(ceilings: Mapping, roofs: dict, p: str) -> dict[str, list[dic
         row = table_row(
             flops, nbytes, seconds, roofs["compute"][p], roofs["memory"], f"STREAM {bench}"
         )
+        numel = nbytes // (arrays * item)
         for key in STREAM_TABLES[bench]:
-            tables.setdefault(key, []).append(dict(row))
+            shape = {"numel": numel, "inputs": arrays - 1, "in_place": False, "tensors": 1}
+            tables.setdefault(key, []).append({**row, "shape": shape, "phase": "forward"})
     return tables
 
 

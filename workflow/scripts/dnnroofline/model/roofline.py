@@ -69,6 +69,11 @@ def roof(ai: float, peak_flops: float, peak_bw: float) -> float:
     return min(peak_flops, ai * peak_bw)
 
 
+def ideal_seconds(flops: float, nbytes: float, peak_flops: float, peak_bw: float) -> float:
+    """An op's time at its roofs: the longer of its FLOPs and its bytes at full rate."""
+    return max(flops / peak_flops, nbytes / peak_bw)
+
+
 def ridge_ai(peak_flops: float, peak_bw: float) -> float:
     """AI where the memory roof meets the compute roof: ``peak_flops / peak_bw``."""
     return check_positive("peak FLOP/s", peak_flops) / check_positive(
