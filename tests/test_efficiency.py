@@ -1,11 +1,12 @@
-"""Efficiency tables: lookup, fallback, derivation from ceilings, scaling to another GPU,
-and the sweep itself (quick sizes, on this CPU)."""
+"""Efficiency: the fit from an op's shape, the fallbacks, the tables derived from a
+ceilings file and scaled to another GPU, and the sweep itself (quick sizes, this CPU)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from dnnroofline.study import datasheet
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "efficiency.py"
 H100_CEILINGS = ROOT / "examples" / "h100" / "results" / "h100" / "ceilings.json"
+ROOF_C, ROOF_M = 1e11, 1e10
 
 
 def row(ideal_s: float, eff: float, what: str = "op") -> dict:
@@ -28,33 +30,140 @@ def row(ideal_s: float, eff: float, what: str = "op") -> dict:
             "efficiency": eff, "what": what}  # fmt: skip
 
 
-def doc(tables: dict, precision: str = "fp32") -> dict:
+def doc(tables: dict, precision: str = "fp32", dispatch: dict | None = None) -> dict:
     """A hand-made efficiency document of one precision."""
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "source": "sweep",
-        "roofs": {"compute": {precision: 1e11}, "memory": 1e10},
-        "dispatch": {"host_s_per_op": 4e-6, "launch_s_per_op": None, "method": "hand-made"},
+        "device": "cpu",
+        "roofs": {"compute": {precision: ROOF_C}, "memory": ROOF_M},
+        "dispatch": dispatch,
         "tables": {precision: tables},
     }
 
 
-# --------------------------------------------------------------------------- lookup
+def conv(n, c, co, hw, k, groups=1, stride=1) -> dict:
+    ho = (hw + 2 * (k // 2) - k) // stride + 1
+    return {"n": n, "c_in": c, "c_out": co, "h": hw, "w": hw, "h_out": ho, "w_out": ho,
+            "kh": k, "kw": k, "stride": stride, "groups": groups, "input_grad": False}  # fmt: skip
 
 
-def test_efficiency_interpolates_linearly_in_log_ideal_time_and_clamps_at_the_ends():
+def conv_item(shape: dict, item: int = 4) -> dict:
+    """An op of the conv_fwd table: its FLOPs, bytes and ideal time from its shape."""
+    n, c, co, g, k = (shape[x] for x in ("n", "c_in", "c_out", "groups", "kh"))
+    hw, ho = shape["h"], shape["h_out"]
+    flops = 2 * n * co * ho * ho * (c // g) * k * k
+    nbytes = item * (n * c * hw * hw + co * (c // g) * k * k + n * co * ho * ho)
+    ideal = max(flops / ROOF_C, nbytes / ROOF_M)
+    return {"shape": shape, "phase": "forward", "flops": flops, "bytes": nbytes, "ideal_s": ideal}
+
+
+def conv_rows(truth, count: int = 60, seed: int = 0) -> list[dict]:
+    """conv_fwd rows of random shapes whose efficiency is ``truth(shape)``."""
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < count:
+        c = rng.choice([8, 16, 32, 64, 128, 256])
+        groups = rng.choice([1, 1, c])
+        shape = conv(rng.choice([1, 4, 16]), c, c, rng.choice([7, 14, 28, 56]),
+                     rng.choice([1, 3]), groups)  # fmt: skip
+        item = conv_item(shape)
+        eff = truth(shape)
+        rows.append({**item, "seconds": item["ideal_s"] / eff, "efficiency": eff, "what": "c"})
+    return rows
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def dense_fast_grouped_slow(shape: dict) -> float:
+    return 0.6 if shape["groups"] == 1 else 0.04
+
+
+def test_a_depthwise_conv_is_not_priced_as_a_dense_conv_of_the_same_ideal_time():
+    tables = et.load_tables(doc({"conv_fwd": conv_rows(dense_fast_grouped_slow)}))
+    dense = conv_item(conv(4, 64, 64, 28, 3))
+    # a depthwise 3x3 with the channels and batch that give it the dense one's ideal time
+    depthwise = conv_item(conv(4, 64 * 64, 64 * 64, 28, 3, groups=64 * 64))
+    depthwise["ideal_s"] = dense["ideal_s"]
+    (eff_dense, eff_dw), used, by_ideal = tables.efficiencies(
+        "fp32", "conv_fwd", [dense, depthwise]
+    )
+    assert used == "conv_fwd" and by_ideal == 0
+    assert eff_dense == pytest.approx(0.6, rel=0.25)
+    assert eff_dw == pytest.approx(0.04, rel=0.5)
+    # the lookup by ideal time alone (the first model) could not tell them apart
+    assert tables.efficiency("fp32", "conv_fwd", dense["ideal_s"])[0] == pytest.approx(
+        tables.efficiency("fp32", "conv_fwd", depthwise["ideal_s"])[0]
+    )
+
+
+def test_a_1x1_and_a_3x3_conv_get_their_own_efficiency():
+    rows = conv_rows(lambda s: 0.15 if s["kh"] == 1 else 0.7)
+    tables = et.load_tables(doc({"conv_fwd": rows}))
+    ones, threes = (conv_item(conv(16, 128, 128, 28, k)) for k in (1, 3))
+    effs, _, _ = tables.efficiencies("fp32", "conv_fwd", [ones, threes])
+    assert effs[0] == pytest.approx(0.15, rel=0.3) and effs[1] == pytest.approx(0.7, rel=0.3)
+
+
+def test_no_op_is_priced_faster_than_its_roof_unless_the_sweep_measured_it():
+    under = et.load_tables(doc({"conv_fwd": conv_rows(lambda s: 0.9)}))
+    over = et.load_tables(doc({"conv_fwd": conv_rows(lambda s: 1.5 if s["kh"] == 3 else 0.5)}))
+    huge = conv_item(conv(4096, 4096, 4096, 512, 3))  # far outside every row
+    assert under.efficiencies("fp32", "conv_fwd", [huge])[0][0] <= 1.0
+    # a Winograd convolution (or a cache) beat the nominal roof in the sweep: no further
+    assert over.efficiencies("fp32", "conv_fwd", [huge])[0][0] <= 1.5 + 1e-9
+
+
+def test_the_fit_is_the_same_on_every_call():
+    rows = conv_rows(lambda s: 0.1 + 0.5 * (s["kh"] == 3) * (s["groups"] == 1))
+    item = conv_item(conv(8, 32, 32, 14, 3))
+    first = et.load_tables(doc({"conv_fwd": rows})).efficiencies("fp32", "conv_fwd", [item])
+    again = et.load_tables(doc({"conv_fwd": rows})).efficiencies("fp32", "conv_fwd", [item])
+    assert first == again
+
+
+def test_cross_validated_residuals_are_the_fits_error_on_rows_it_did_not_see():
+    exact = et.load_tables(doc({"conv_fwd": conv_rows(dense_fast_grouped_slow)}))
+    rng = random.Random(1)
+    noisy_rows = conv_rows(lambda s: dense_fast_grouped_slow(s) * math.exp(rng.gauss(0, 0.5)))
+    noisy = et.load_tables(doc({"conv_fwd": noisy_rows}))
+    small = exact.residuals("fp32", "conv_fwd")
+    large = noisy.residuals("fp32", "conv_fwd")
+    assert len(small) == len(large) == 60
+    median = [sorted(abs(r) for r in res)[len(res) // 2] for res in (small, large)]
+    assert median[0] < 0.05 and median[1] > 0.2
+
+
+def test_a_shape_without_the_tables_features_is_read_by_its_ideal_time():
+    tables = et.load_tables(doc({"conv_fwd": conv_rows(lambda s: 0.5)}))
+    item = conv_item(conv(4, 32, 32, 14, 3))
+    effs, _, by_ideal = tables.efficiencies("fp32", "conv_fwd", [{**item, "shape": {}}, item])
+    assert by_ideal == 1 and effs[0] == pytest.approx(0.5, rel=0.05)
+
+
+def test_a_cpu_rows_host_cost_per_call_is_taken_out():
+    bare = 1e-4
+    rows = [row(1e-5, 1e-5 / 1.2e-4, "near"), row(1e-3, 1e-3 / 2e-3, "far")]
+    doc_ = doc({"gemm": rows}, dispatch={"bare_s": {"gemm": bare}, "host_s": {}})
+    near, far = et.load_tables(doc_).rows["fp32"]["gemm"]
+    assert far["efficiency"] == pytest.approx(1e-3 / (2e-3 - bare))
+    # 1.2x the call's cost: the difference would be noise; a third of the call is kept
+    assert near["efficiency"] == pytest.approx(1e-5 / (1.2e-4 / 3))
+    cuda = et.load_tables({**doc_, "device": "cuda"})  # CUDA times the device alone
+    assert cuda.rows["fp32"]["gemm"][1]["efficiency"] == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- small tables
+
+
+def test_a_small_table_is_interpolated_linearly_in_log_ideal_time_and_clamped():
     tables = et.load_tables(doc({"gemm": [row(1e-2, 0.6), row(1e-4, 0.2)]}))
     eff, used = tables.efficiency("fp32", "gemm", 1e-3)  # halfway in log time
     assert used == "gemm"
-    assert eff == pytest.approx(0.4)
-    assert tables.efficiency("fp32", "gemm", 10**-3.5)[0] == pytest.approx(0.3)
-    assert tables.efficiency("fp32", "gemm", 1e-9)[0] == pytest.approx(0.2)  # below: clamped
-    assert tables.efficiency("fp32", "gemm", 5.0)[0] == pytest.approx(0.6)  # above: clamped
-
-
-def test_rows_of_one_ideal_time_count_once_at_their_geometric_mean():
-    tables = et.load_tables(doc({"elementwise": [row(1e-3, 0.2), row(1e-3, 0.8)]}))
-    assert tables.efficiency("fp32", "elementwise", 1e-3)[0] == pytest.approx(0.4)
+    assert eff == pytest.approx(math.sqrt(0.6 * 0.2))  # geometric: linear in log efficiency
+    assert tables.efficiency("fp32", "gemm", 1e-9)[0] == pytest.approx(0.2)  # clamped
+    assert tables.efficiency("fp32", "gemm", 5.0)[0] == pytest.approx(0.6)
 
 
 def test_one_outlying_row_is_outvoted_by_its_neighbours():
@@ -62,8 +171,6 @@ def test_one_outlying_row_is_outvoted_by_its_neighbours():
     rows = [row(1e-4, 0.5), row(1e-3, 0.025), row(1e-2, 0.5), row(1e-1, 0.6)]
     tables = et.load_tables(doc({"elementwise": rows}))
     assert tables.efficiency("fp32", "elementwise", 1e-3)[0] == pytest.approx(0.5)
-    # at an end, the median of two: their geometric mean
-    assert tables.efficiency("fp32", "elementwise", 1e-1)[0] == pytest.approx(math.sqrt(0.3))
 
 
 def test_a_missing_table_falls_back_along_the_chain_and_says_which_it_used():
@@ -71,7 +178,9 @@ def test_a_missing_table_falls_back_along_the_chain_and_says_which_it_used():
     assert tables.efficiency("fp32", "gemm", 1e-3) == (pytest.approx(0.7), "conv_fwd")
     # conv_depthwise_bwd -> conv_depthwise_fwd -> elementwise
     assert tables.efficiency("fp32", "conv_depthwise_bwd", 1e-3)[1] == "elementwise"
-    assert tables.efficiency("fp32", "normalization", 1e-3)[1] == "elementwise"
+    item = {"shape": {"numel": 10}, "phase": "forward", "ideal_s": 1e-3, "flops": 1, "bytes": 8}
+    effs, used, _ = tables.efficiencies("fp32", "normalization", [item])
+    assert used == "elementwise" and effs == [pytest.approx(0.5)]
 
 
 def test_no_usable_table_is_an_error_naming_the_file_and_the_chain():
@@ -97,15 +206,13 @@ def test_a_bad_document_is_refused_naming_the_file_and_the_key(bad, named):
         et.load_tables({**doc({}), **bad}, where="eff.json")
 
 
-def test_leave_one_out_residuals_predict_each_row_from_the_others():
-    rows = [row(1e-4, 0.2, "a"), row(1e-3, 0.4, "b"), row(1e-2, 0.6, "c")]
+def test_leave_one_out_residuals_of_a_small_table():
+    rows = [row(1e-4, 0.2, "a"), row(1e-3, 0.4, "b"), row(1e-2, 0.8, "c")]
     tables = et.load_tables(doc({"gemm": rows, "copy": rows[:2]}))
-    res = {r["what"]: r for r in et.loo_log_residuals(tables)}
-    assert set(res) == {"a", "b", "c"}  # copy has 2 sizes: nothing left to interpolate
-    assert res["b"]["log_residual"] == pytest.approx(0.0)  # on the line through a and c
-    assert res["a"]["log_residual"] == pytest.approx(math.log(0.4 / 0.2))  # clamped to b
-    assert res["c"]["log_residual"] == pytest.approx(math.log(0.4 / 0.6))
-    assert {r["key"] for r in res.values()} == {"gemm"}
+    res = tables.residuals("fp32", "gemm")
+    # b lies on the line through a and c (in log efficiency); a and c are clamped to b
+    assert res == pytest.approx([math.log(0.4 / 0.2), 0.0, math.log(0.4 / 0.8)])
+    assert tables.residuals("fp32", "copy") == []  # 2 rows: nothing to leave out
 
 
 # --------------------------------------------------------------------------- from ceilings
@@ -132,9 +239,9 @@ def test_tables_from_h100_ceilings_put_the_roof_setting_gemm_at_efficiency_one(h
         gemms = derived["tables"][p]["gemm"]
         at_roof = [r for r in gemms if r["ideal_s"] == pytest.approx(ideal)]
         assert [r["efficiency"] for r in at_roof] == [pytest.approx(1.0)]
-        # the lookup smooths each row with its neighbours (a running median): the GEMMs
-        # beside the winner are within 5% of it in every precision here
-        assert tables.efficiency(p, "gemm", ideal) == (pytest.approx(1.0, abs=0.05), "gemm")
+        assert all(set(r["shape"]) == {"m", "n", "k"} for r in gemms)  # the fit reads them
+        effs, used, by_ideal = tables.efficiencies(p, "gemm", [{**at_roof[0], "bytes": 1}])
+        assert used == "gemm" and by_ideal == 0 and effs[0] == pytest.approx(1.0, abs=0.1)
         assert len(gemms) == sum(c["kind"] == "gemm" for c in roof["candidates"])
         assert all(0 < r["efficiency"] <= 1.0 + 1e-12 for r in gemms)
 
@@ -176,7 +283,7 @@ def test_scaled_for_gpu_scales_the_h100_memory_roof_to_the_h200s(h100_ceilings):
 
 @pytest.fixture(scope="module")
 def quick_sweep(tmp_path_factory):
-    """The quick ceilings of this CPU, then the efficiency CLI in quick mode on them."""
+    """The quick ceilings of this CPU (fp32), then the efficiency CLI in quick mode on them."""
     from dnnroofline.measure.ceilings import build_ceilings
 
     tmp = tmp_path_factory.mktemp("eff")
@@ -185,7 +292,7 @@ def quick_sweep(tmp_path_factory):
     (tmp / "ceilings.json").write_text(json.dumps(ceilings))
     out = tmp / "results" / "local" / "efficiency.json"
     cmd = [sys.executable, str(SCRIPT), "--env", "local", "--device", "cpu", "--precisions",
-           "fp32", "bf16", "--ceilings", str(tmp / "ceilings.json"), "--quick",
+           "fp32", "--ceilings", str(tmp / "ceilings.json"), "--quick", "--no-cache",
            "--expect-threads", "1", "--out", str(out)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -196,53 +303,107 @@ def quick_sweep(tmp_path_factory):
 def test_the_quick_sweep_writes_every_table_as_shares_of_the_measured_roofs(quick_sweep):
     eff, ceilings = quick_sweep
     assert eff["source"] == "sweep" and eff["env"] == "local" and eff["device"] == "cpu"
+    assert eff["schema_version"] == 2 and eff["cache"] == {"hit": False, "kept": False}
     roofs = roofline.parse_roofs(ceilings)
     compute = roofline.select_roof(roofs, "compute", "fp32").value
     memory = roofline.select_roof(roofs, "memory").value
     assert eff["roofs"] == {"compute": {"fp32": compute}, "memory": memory}
     assert set(eff["tables"]["fp32"]) == set(TABLE_KEYS)
-    host = eff["dispatch"]["host_s_per_op"]
-    assert host > 0 and eff["dispatch"]["launch_s_per_op"] is None
     for rows in eff["tables"]["fp32"].values():
         assert rows == sorted(rows, key=lambda r: r["ideal_s"])
         for r in rows:
             ideal = max(r["flops"] / compute, r["bytes"] / memory)
             assert r["ideal_s"] == pytest.approx(ideal)
             assert r["seconds"] > 0 and r["efficiency"] == pytest.approx(ideal / r["seconds"])
-            assert math.isfinite(r["efficiency"]) and r["efficiency"] > 0
-    et.load_tables(eff)  # the model reads it
+    tables = et.load_tables(eff)  # the model reads it
+    for key in TABLE_KEYS:
+        assert tables.table_used("fp32", key) == key
 
 
-def test_the_quick_sweep_counts_flops_and_bytes_as_the_inventory_does(quick_sweep):
-    rows = {r["what"]: r for t in quick_sweep[0]["tables"]["fp32"].values() for r in t}
-    gemm = rows["gemm 8x500x256 (MxNxK)"]
-    assert gemm["flops"] == 2 * 8 * 500 * 256
-    assert gemm["bytes"] == 4 * (8 * 256 + 256 * 500 + 8 * 500)
-    stem = 2 * 2 * 16 * 16 * 16 * 3 * 7 * 7  # n, c_out, 16x16 out, c_in, 7x7
-    assert rows["conv 7x7/2 n2 c3->16 32x32 fwd"]["flops"] == stem
-    # the first layer's backward computes the weight gradient only: output_mask of a step
-    assert rows["conv 7x7/2 n2 c3->16 32x32 bwd (weight grad only)"]["flops"] == stem
-    assert rows["conv 3x3/1 n2 c16->16 16x16 bwd (input and weight grads)"]["flops"] == (
-        2 * rows["conv 3x3/1 n2 c16->16 16x16 fwd"]["flops"]
-    )
-    numel = 2 * 32 * 32 * 32
-    assert rows["add_ 2x32x32x32"]["bytes"] == 3 * 4 * numel  # in place: target read + written
-    assert rows["relu 2x32x32x32"]["bytes"] == 2 * 4 * numel
-    assert rows["batch norm 2x32x32x32 train bwd"]["flops"] == 9 * numel
-    assert rows["max pool 3x3/2 2x32x32x32 bwd"]["flops"] == numel // 4  # 1 per output
+def test_the_quick_sweep_measures_the_hosts_costs(quick_sweep):
+    dispatch = quick_sweep[0]["dispatch"]
+    for phase in ("forward", "backward"):
+        costs = dispatch["host_s"][phase]
+        assert set(costs) >= {"conv", "elementwise", "normalization", "optimizer"}
+        assert all(math.isfinite(v) and v >= 0 for v in costs.values())
+        assert costs["conv"] > 0 and costs["elementwise"] > 0
+    fixed = dispatch["fixed"]["fp32"]
+    assert fixed["intercept_s"] > 0 and fixed["per_param_tensor_s"] >= 0
+    assert [p["param_tensors"] for p in fixed["points"]] == [8, 64]
+    assert dispatch["launch_s_per_op"] is None  # a CPU has no launch queue
 
 
-def test_the_quick_sweep_skips_a_precision_the_cpu_does_not_run_with_its_reason(quick_sweep):
-    from dnnroofline.measure.envinfo import cpu_info
-    from dnnroofline.study.precisions import unsupported_reason
+def test_every_sweep_row_has_its_classes_inventory_features_and_its_flops(quick_sweep):
+    from dnnroofline.model.shape_features import feature_vector
 
-    eff, _ = quick_sweep
-    why = unsupported_reason("cpu", "bf16", cpu_flags=cpu_info()["flags_all"])
-    skipped = {s["precision"]: s["reason"] for s in eff["skipped"]}
-    if why:  # no roof in the quick ceilings either: the CPU lacks native bf16
-        assert skipped == {"bf16": f"cpu: {why}"} and "bf16" not in eff["tables"]
-    else:
-        pytest.skip("this CPU runs bf16: the quick ceilings have no bf16 roof to sweep")
+    for key, rows in quick_sweep[0]["tables"]["fp32"].items():
+        for r in rows:  # the fit reads a row as it reads an op of the step
+            feature_vector(key, r["shape"], r["phase"], r["ideal_s"], r["flops"], r["bytes"])
+            s = r["shape"]
+            if key.startswith("conv"):
+                fwd = 2 * s["n"] * s["c_out"] * s["h_out"] * s["w_out"] * (
+                    s["c_in"] // s["groups"]) * s["kh"] * s["kw"]  # fmt: skip
+                grads = 2 if key.endswith("bwd") and s["input_grad"] else 1
+                assert r["flops"] == fwd * grads, r["what"]
+                assert ("depthwise" in key) == (s["groups"] == s["c_in"] == s["c_out"] > 1)
+            if key == "gemm":
+                assert r["flops"] == 2 * s.get("batch", 1) * s["m"] * s["n"] * s["k"]
+
+
+def test_the_sweep_draws_over_ranges_seeded(quick_sweep):
+    from dnnroofline.measure import sweep_ops
+
+    draw = sweep_ops.Draw(random.Random("fp32"), sweep_ops.RANGES["quick"])
+    shapes = [sweep_ops.conv_shape(draw, False, False) for _ in range(20)]
+    again = sweep_ops.Draw(random.Random("fp32"), sweep_ops.RANGES["quick"])
+    assert shapes == [sweep_ops.conv_shape(again, False, False) for _ in range(20)]
+    assert len({(s["n"], s["c_in"], s["kh"], s["h"]) for s in shapes}) > 10  # drawn, not listed
+    low, high = sweep_ops.RANGES["quick"]["n"]
+    assert all(low <= s["n"] <= high for s in shapes)
+
+
+def test_a_sweep_is_kept_per_machine_and_a_second_study_reuses_it(tmp_path, monkeypatch):
+    from dnnroofline.measure import efficiency
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def measured():
+        calls.append(1)
+        return {"rows": {"fp32": {}}, "notes": [], "contended": None, "n": len(calls)}
+
+    key = {"device": "cpu", "threads": 2, "precisions": ["fp32"]}
+    first = efficiency.cached_measure(key, measured)
+    second = efficiency.cached_measure(key, measured)
+    other = efficiency.cached_measure({**key, "threads": 1}, measured)
+    assert calls == [1, 1] and first["n"] == second["n"] == 1 and other["n"] == 2
+    assert first["cache"] == {"hit": False, "kept": True}
+    assert second["cache"] == {"hit": True, "kept": True}
+
+
+def test_a_sweep_measured_on_a_busy_machine_is_not_kept(tmp_path, monkeypatch):
+    from dnnroofline.measure import efficiency
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def busy():
+        calls.append(1)
+        return {"rows": {}, "notes": [], "contended": 0.9}
+
+    key = {"device": "cpu"}
+    assert efficiency.cached_measure(key, busy)["cache"] == {"hit": False, "kept": False}
+    efficiency.cached_measure(key, busy)
+    assert len(calls) == 2
+
+
+def test_a_precision_the_cpu_does_not_run_is_skipped_with_its_reason():
+    from dnnroofline.measure.efficiency import _supported
+
+    run, skipped = _supported("cpu", ["fp32", "bf16"], None, cpu_flags=["avx2"])
+    assert run == ["fp32"] and [s["precision"] for s in skipped] == ["bf16"]
+    assert skipped[0]["reason"].startswith("cpu: ") and "AVX512_BF16" in skipped[0]["reason"]
+    assert _supported("cpu", ["bf16"], None, cpu_flags=["avx512_bf16"]) == (["bf16"], [])
 
 
 def test_the_cli_refuses_a_missing_ceilings_file_naming_it(tmp_path):
@@ -264,44 +425,112 @@ def test_the_sweep_refuses_roofs_of_another_device_naming_the_file(h100_ceilings
 
 
 def test_a_supported_precision_without_a_compute_roof_is_refused():
-    from dnnroofline.measure.efficiency import run_sweep
+    from dnnroofline.measure.efficiency import measure
 
     roofs = {"compute": {"bf16": 1e11}, "memory": 1e10}
     with pytest.raises(InputError, match=r"x/ceilings.json: no compute roof .* 'fp32'"):
-        run_sweep("cpu", ["fp32"], 1, roofs, 10.0, quick=True, roofs_from="x/ceilings.json")
-
-
-@pytest.mark.parametrize("device", ["cpu", "cuda", "quick"])
-def test_every_device_sweeps_every_table_at_two_sizes_at_least(device):
-    from dnnroofline.measure.efficiency import SIZES, _plan, sweep_specs
-
-    specs = sweep_specs(SIZES[device])
-    assert set(specs) == set(TABLE_KEYS)
-    for key, ops in specs.items():
-        assert len({json.dumps(p, sort_keys=True) for _, p in ops}) >= 2, key
-    plan = _plan(["fp32", "bf16"], specs)
-    assert len(plan) == 2 * sum(len(v) for v in specs.values())
-    first = plan[: 2 * len(TABLE_KEYS)]  # a budget cut keeps every table's first size
-    assert {(p, key) for p, key, _, _ in first} == {
-        (p, k) for p in ("fp32", "bf16") for k in TABLE_KEYS
-    }
+        measure("cpu", ["fp32"], 1, roofs, 10.0, quick=True, roofs_from="x/ceilings.json")
 
 
 def test_an_op_that_fails_is_left_out_with_its_error_and_the_sweep_goes_on(monkeypatch):
+    from dnnroofline.measure import efficiency, sweep_ops
+
+    real = sweep_ops.draw_op
+
+    def failing(key, draw, setting, foreach):
+        if key == "pooling":
+            raise RuntimeError("CUDA out of memory (stand-in)")
+        return real(key, draw, setting, foreach)
+
+    monkeypatch.setattr(sweep_ops, "draw_op", failing)
+    roofs = {"compute": {"fp32": 1e11}, "memory": 1e10}
+    rows, notes = efficiency.time_rows("cpu", ["fp32"], roofs, math.inf, mode="quick",
+                                       channels_last=False, foreach=False)  # fmt: skip
+    assert "pooling" not in rows["fp32"] and len(rows["fp32"]) == len(TABLE_KEYS) - 1
+    failed = [n for n in notes if "pooling: failed" in n]
+    assert len(failed) == 3 and all("CUDA out of memory (stand-in)" in n for n in failed)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_table_can_draw_inside_its_devices_window(device):
+    """At an env's typical roofs, every table finds ops inside its window (shapes only:
+    nothing is built)."""
+    from dnnroofline.measure import efficiency, sweep_ops
+
+    roofs = {"cpu": (2e11, 3e10), "cuda": (7e14, 3e12)}[device]
+    admit = efficiency._admit(*roofs, efficiency.WINDOW_S[device])
+
+    class Shapes:  # a Setting that builds nothing: the drawn op stops at admit
+        def __init__(self):
+            import torch
+
+            self.torch, self.item, self.half = torch, 2, torch.float16
+            self.channels_last = False
+
+        def admit(self, flops, nbytes):
+            raise sweep_ops.Rejected("kept") if admit(flops, nbytes) else sweep_ops.Rejected("")
+
+    for key in TABLE_KEYS:
+        draw = sweep_ops.Draw(random.Random(key), sweep_ops.RANGES[device])
+        kept = 0
+        for _ in range(200):
+            try:
+                sweep_ops.draw_op(key, draw, Shapes(), foreach=device == "cuda")
+            except sweep_ops.Rejected as why:
+                kept += str(why) == "kept"
+        assert kept >= 10, key
+
+
+class FakeStream:
+    """A device queue on two clocks: the host issues calls (``host_s`` each) and the
+    device runs them (``kernel_s`` each) in order, after any sleep queued before."""
+
+    def __init__(self, host_s: float, kernel_s: float):
+        self.host_s, self.kernel_s = host_s, kernel_s
+        self.host = self.device = 0.0
+
+    def sleep(self, cycles: int) -> None:
+        self.device = max(self.device, self.host) + cycles / 1e9  # a 1 GHz clock
+
+    def call(self) -> None:
+        self.host += self.host_s
+        self.device = max(self.device, self.host) + self.kernel_s
+
+    def event(self, **_):
+        stream = self
+
+        class Event:
+            def record(self):
+                self.at = max(stream.device, stream.host)
+
+            def query(self):
+                return stream.host >= self.at  # reached already: nothing queued behind it
+
+            def synchronize(self):
+                stream.host = max(stream.host, stream.device)
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3  # ms, as CUDA's
+
+        return Event()
+
+
+@pytest.mark.parametrize("host_s, kernel_s", [(1e-5, 1e-4), (2e-4, 1e-4)])
+def test_a_cuda_row_is_timed_at_the_devices_pace_behind_a_sleep(monkeypatch, host_s, kernel_s):
+    """The calls of a repeat are queued behind a sleeping kernel: their CUDA-event time is
+    the kernels' own, even where the host issues them slower than they run."""
+    import torch
+
     from dnnroofline.measure import efficiency
 
-    real = efficiency.build_op
-
-    def failing(setting, op, params):
-        if op == "maxpool_backward":
-            raise RuntimeError("CUDA out of memory (stand-in)")
-        return real(setting, op, params)
-
-    monkeypatch.setattr(efficiency, "build_op", failing)
-    roofs = {"compute": {"fp32": 1e11}, "memory": 1e10}
-    eff = efficiency.run_sweep("cpu", ["fp32"], 1, roofs, 30.0, quick=True)
-    pooling = [r["what"] for r in eff["tables"]["fp32"]["pooling"]]
-    assert pooling and all(w.endswith("fwd") for w in pooling)
-    failed = [n for n in eff["notes"] if "maxpool_backward" in n]
-    assert len(failed) == 2 and all("CUDA out of memory (stand-in)" in n for n in failed)
-    assert set(eff["tables"]["fp32"]) == set(TABLE_KEYS)
+    stream = FakeStream(host_s, kernel_s)
+    monkeypatch.setattr(torch.cuda, "Event", stream.event)
+    monkeypatch.setattr(torch.cuda, "_sleep", stream.sleep)
+    monkeypatch.setattr(efficiency, "_time_repeats", lambda device, fn, **t: ([1e-4], 20))
+    seconds, behind = efficiency._device_paced(stream.call, efficiency.TIMING["cuda"])
+    cycles_per_call = efficiency.SLEEP_CYCLES_PER_CALL / 1e9
+    assert behind == (host_s < cycles_per_call)  # the host queued all 20 within the sleep
+    if behind:
+        assert seconds == pytest.approx(kernel_s)  # the device's pace
+    else:  # the host fell behind: an upper bound, and the sweep notes it
+        assert seconds > kernel_s

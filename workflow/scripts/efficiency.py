@@ -1,13 +1,15 @@
-"""Measure the efficiency tables of one env: results/{env}/efficiency.json.
+"""Measure the efficiency sweep of one env: results/{env}/efficiency.json.
 
     python workflow/scripts/efficiency.py --env local --device auto --precisions fp32 bf16 \\
         --ceilings results/local/ceilings.json --out results/local/efficiency.json \\
-        [--channels-last] [--quick] [--budget-s S] [--expect-threads N]
+        [--channels-last] [--quick] [--budget-s S] [--expect-threads N] [--no-cache]
 
-Each op class's share of the env's measured roofs (read from its ceilings.json) as a
-function of its size, and the cost of dispatching one op
-(:mod:`dnnroofline.measure.efficiency`). Threads come from OMP_NUM_THREADS, as for the
-timed runs. Run it alone on the machine: it is a measurement.
+Ops of every class drawn over shape ranges and timed, as shares of the env's measured
+roofs (read from its ceilings.json), and the host's costs: per op with autograd, and the
+step's fixed costs (:mod:`dnnroofline.measure.efficiency`). Threads come from
+OMP_NUM_THREADS, as for the timed runs. What it measures is kept per machine fingerprint
+in the user's cache (``--no-cache``: measure again, keep nothing). Run it alone on the
+machine: it is a measurement.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--channels-last", action="store_true", help="the env's runs' layout")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (tests)")
     ap.add_argument(
-        "--budget-s", type=float, help="time guard of the sweep (default: 45 s CPU, 180 s CUDA)"
+        "--budget-s", type=float, help="time guard of the sweep (default: 100 s CPU, 170 s CUDA)"
     )
     ap.add_argument("--expect-threads", type=int, help="the env's threads; others are refused")
+    ap.add_argument(
+        "--no-cache", action="store_true", help="measure again and keep nothing in the cache"
+    )
     ap.add_argument("--out", required=True, help="output JSON path")
     add_machine_check_args(ap)
     args = ap.parse_args(argv)
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             channels_last=args.channels_last,
             expect_threads=args.expect_threads,
+            use_cache=not args.no_cache,
         )
     except InputError as exc:
         print(f"efficiency: error: {exc}", file=sys.stderr)
