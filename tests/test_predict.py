@@ -1,7 +1,8 @@
 """The model's arithmetic on small hand-checked cases (issue 28, items 3 and 5).
 
-Two ops, tables of known efficiency: the step, its bound and images/s by hand, on a CPU
-(the sum) and on a GPU (the longer of device and host time); the baselines by hand;
+Two ops, tables of known efficiency, known host costs: the step, its bound and images/s
+by hand, on a CPU (the sum) and on a GPU (the host's issue replayed ahead of the device,
+a sync, the launch floor); the dispatch term of many small ops; the baselines by hand;
 Kendall tau, MAPE and coverage by hand, on step time and on images/s (issue 36); the
 rule that no point predicts itself; and the prediction check's rows per method.
 """
@@ -16,6 +17,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
+from dnnroofline.aggregate import check as ac
+from dnnroofline.aggregate import model_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.model import predict as pr
@@ -52,27 +55,41 @@ INVENTORY = {
     "arch": "toy",
     "precision": "fp32",
     "batch_size": 8,
+    "param_tensors": 4,
     "ops": [CONV, RELU],
 }
-EFFICIENCY = {"conv_fwd": 0.5, "elementwise": 0.25}
+EFFICIENCY = {"conv_fwd": 0.5, "elementwise": 0.25, "optimizer": 0.25}
 
 
 class FixedTables:
-    """Tables with one efficiency per key, whatever the size."""
+    """Tables with one efficiency per key, whatever the op's shape."""
 
-    def efficiency(self, precision, key, ideal_s):
-        return EFFICIENCY[key], key
+    def __init__(self, residuals=None):
+        self._residuals = residuals or {}
+
+    def efficiencies(self, precision, key, items):
+        return [EFFICIENCY[key]] * len(items), key, 0
+
+    def residuals(self, precision, key):
+        return self._residuals.get(key, [])
 
 
-def machine(device="cpu", host=1e-5, launch=None, residuals=None):
+def host_costs(per_op=1e-5, fixed=(1e-4, 1e-6), launch=None):
+    classes = ("conv", "elementwise")
+    return pr.HostCosts(
+        per_op={"forward": dict.fromkeys(classes, per_op), "backward": {}},
+        fixed_s={"fp32": fixed},
+        launch_s=launch,
+    )
+
+
+def machine(device="cpu", host=None, residuals=None):
     return pr.Machine(
         device=device,
         compute={"fp32": ROOF_C},
         memory=ROOF_M,
-        host_s_per_op=host,
-        launch_s_per_op=launch,
-        tables=FixedTables(),
-        residuals=residuals or (lambda p, k: ()),
+        tables=FixedTables(residuals),
+        host=host,
         source="toy tables",
     )
 
@@ -80,71 +97,115 @@ def machine(device="cpu", host=1e-5, launch=None, residuals=None):
 # conv: 4 ms / 0.5 = 8 ms per call, 2 calls: 16 ms; relu: 4 ms / 0.25 = 16 ms, 3 calls: 48 ms
 DEVICE_S = 0.016 + 0.048
 CALLS = 5
+FIXED_S = 1e-4 + 4 * 1e-6  # intercept + 4 parameter tensors x slope
 
 
-def test_cpu_step_is_the_sum_of_op_times_and_host_time():
-    p = pr.predict_step(INVENTORY, machine("cpu", host=1e-5), "fp32")
+def test_cpu_step_is_the_sum_of_device_host_and_fixed_times():
+    p = pr.predict_step(INVENTORY, machine("cpu", host_costs()), "fp32")
     assert p.device_s == pytest.approx(DEVICE_S)
     assert p.calls == CALLS
-    assert p.step_s == pytest.approx(DEVICE_S + CALLS * 1e-5)  # 0.06405 s
-    assert p.images_per_s == pytest.approx(8 / 0.06405)
-    assert p.bound == "memory"  # 48 ms of memory-bound ops against 16 ms and 0.05 ms
-    assert p.time_by_bound == pytest.approx({"compute": 0.016, "memory": 0.048, "host": 5e-5})
+    assert p.fixed_s == pytest.approx(FIXED_S)
+    assert p.host_s == pytest.approx(CALLS * 1e-5 + FIXED_S)
+    assert p.step_s == pytest.approx(DEVICE_S + CALLS * 1e-5 + FIXED_S)
+    assert p.images_per_s == pytest.approx(8 / p.step_s)
+    assert p.bound == "memory"  # 48 ms of memory-bound ops against 16 ms and 0.15 ms
+    assert p.time_by_bound == pytest.approx(
+        {"compute": 0.016, "memory": 0.048, "host": CALLS * 1e-5 + FIXED_S}
+    )
     assert p.time_by_class == pytest.approx({"conv": 0.016, "elementwise": 0.048})
     assert [c for c, _ in p.top_classes] == ["elementwise", "conv"]
     assert p.class_shares == pytest.approx({"conv": 0.25, "elementwise": 0.75})
     assert pr.format_top_classes(p.top_classes) == "elementwise 75%; conv 25%"
 
 
-def test_cpu_step_is_host_bound_when_dispatch_dominates():
-    p = pr.predict_step(INVENTORY, machine("cpu", host=0.02), "fp32")
-    assert p.step_s == pytest.approx(DEVICE_S + 0.1)  # one thread: the sum
-    assert p.bound == "host"
+def test_the_dispatch_term_of_a_model_of_many_small_ops():
+    """A thousand tiny ReLUs: each costs the host its measured 5 us, the device ~nothing;
+    on a CPU the step is their dispatch, and it says so."""
+    tiny = {**RELU, "flops": 4_000, "bytes_read": 16_000, "bytes_written": 16_000, "count": 1000}
+    many = {**INVENTORY, "ops": [tiny]}
+    device = 1000 * (32_000 / ROOF_M) / 0.25  # 12.8 ms at a quarter of the bandwidth
+    p = pr.predict_step(many, machine("cpu", host_costs(per_op=5e-6, fixed=(0.0, 0.0))), "fp32")
+    assert p.step_s == pytest.approx(device + 1000 * 5e-6)
+    assert p.host_s == pytest.approx(5e-3)
+    assert p.bound == "memory"
+    slow_host = host_costs(per_op=50e-6, fixed=(0.0, 0.0))
+    p = pr.predict_step(many, machine("cpu", slow_host), "fp32")
+    assert p.step_s == pytest.approx(device + 0.05) and p.bound == "host"
+    assert p.time_by_bound["host"] == pytest.approx(0.05)
+    # on a GPU the device runs behind the host: the step is the host's, the device waits
+    gpu = pr.predict_step(many, machine("cuda", slow_host), "fp32")
+    assert gpu.step_s == pytest.approx(0.05) and gpu.bound == "host"
+    assert gpu.busy_share == pytest.approx(device / 0.05)
 
 
-def test_gpu_step_is_the_longer_of_device_and_host_time():
-    device_bound = pr.predict_step(INVENTORY, machine("cuda", host=1e-5, launch=4e-6), "fp32")
-    # device 64 ms against host 5 calls x 10 us: the device is longer, host time overlaps
+def test_gpu_step_replays_the_host_ahead_of_the_device():
+    device_bound = pr.predict_step(INVENTORY, machine("cuda", host_costs(launch=4e-6)), "fp32")
+    # device 64 ms against a host of 5 x 10 us + 0.1 ms: the device's time, the host hidden
     assert device_bound.step_s == pytest.approx(DEVICE_S)
-    assert device_bound.bound == "memory"
+    assert device_bound.bound == "memory" and device_bound.busy_share == pytest.approx(1.0)
     assert device_bound.time_by_bound == pytest.approx(
         {"compute": 0.016, "memory": 0.048, "host": 0}
     )
-    host_bound = pr.predict_step(INVENTORY, machine("cuda", host=0.02, launch=4e-6), "fp32")
-    # host 5 x 20 ms = 100 ms: longer than the device's 64 ms, and not added to it
-    assert host_bound.step_s == pytest.approx(0.1)
-    assert host_bound.bound == "host"
-    assert host_bound.images_per_s == pytest.approx(80.0)
+    slow = pr.predict_step(INVENTORY, machine("cuda", host_costs(per_op=0.02)), "fp32")
+    # host 5 x 20 ms + fixed: longer than the device's 64 ms; the last op's kernel runs
+    # after its issue, so the step is the host's issue time plus nothing the device adds
+    assert slow.step_s == pytest.approx(0.1 + FIXED_S)
+    assert slow.bound == "host"
+    assert slow.images_per_s == pytest.approx(8 / (0.1 + FIXED_S))
 
 
 def test_gpu_launch_cost_is_a_floor_under_each_call():
     # launch 10 ms: a conv call (8 ms) waits for it, 2 x 10 ms; the relu (16 ms) does not
-    p = pr.predict_step(INVENTORY, machine("cuda", host=1e-5, launch=0.010), "fp32")
+    p = pr.predict_step(INVENTORY, machine("cuda", host_costs(launch=0.010)), "fp32")
     assert p.step_s == pytest.approx(0.020 + 0.048)
     assert p.time_by_bound == pytest.approx({"compute": 0.0, "memory": 0.048, "host": 0.020})
-    assert p.launch_s == pytest.approx(0.020)
     assert p.bound == "memory"
 
 
-def test_gpu_step_without_dispatch_costs_says_so():
-    p = pr.predict_step(INVENTORY, machine("cuda", host=None, launch=None), "fp32")
+def test_a_sync_makes_the_host_wait_for_the_device():
+    """amp: GradScaler reads its inf check back before the optimizer step. The host's
+    fixed costs then run with the device idle."""
+    opt = {**RELU, "phase": "optimizer", "class": "optimizer", "count": 1}
+    inv = {**INVENTORY, "ops": [CONV, opt], "sequence": [0, 0, "sync", 1]}
+    costs = host_costs(per_op=1e-3, fixed=(0.005, 0.0))
+    p = pr.predict_step(inv, machine("cuda", costs), "fp32")
+    # steady state: convs issued at 1 and 2 ms run back to back (16 ms); the host waits,
+    # then 5 ms of fixed costs with the device idle, then the optimizer's 16 ms kernel
+    assert p.step_s == pytest.approx(0.016 + 0.005 + 0.016, rel=1e-6)
+    without = {**inv, "sequence": [0, 0, 1]}  # no sync: the fixed costs hide under the convs
+    assert pr.predict_step(without, machine("cuda", costs), "fp32").step_s == pytest.approx(0.032)
+
+
+def test_without_host_costs_the_step_is_the_devices_and_says_so():
+    p = pr.predict_step(INVENTORY, machine("cuda", None), "fp32")
     assert p.step_s == pytest.approx(DEVICE_S)
-    assert any("no launch cost" in n for n in p.notes)
-    assert any("no host time" in n for n in p.notes)
+    assert p.host_s is None and p.fixed_s is None
+    assert any("no host costs measured" in n for n in p.notes)
 
 
-def test_interval_scales_each_table_by_its_residual_quantiles():
-    conv_res = [-0.1, 0.0, 0.1, 0.2, 0.3]  # q10 = -0.06, q90 = 0.26 (linear)
-    residuals = {"conv_fwd": conv_res}
-    m = machine("cpu", host=1e-5, residuals=lambda p, k: residuals.get(k, ()))
+def test_an_inventory_that_does_not_count_its_parameters_leaves_the_fixed_costs_out():
+    inv = {k: v for k, v in INVENTORY.items() if k != "param_tensors"}
+    p = pr.predict_step(inv, machine("cpu", host_costs()), "fp32")
+    assert p.fixed_s is None and p.step_s == pytest.approx(DEVICE_S + CALLS * 1e-5)
+    assert any("parameter tensors" in n for n in p.notes)
+
+
+def test_interval_draws_each_ops_error_from_its_tables_residuals():
+    fixed = {"conv_fwd": [0.2, 0.2], "elementwise": [0.2, 0.2]}
+    m = machine("cpu", host_costs(), residuals=fixed)
     p = pr.predict_step(INVENTORY, m, "fp32")
-    assert pr.quantile(conv_res, 0.1) == pytest.approx(-0.06)
-    assert pr.quantile(conv_res, 0.9) == pytest.approx(0.26)
-    # elementwise has no residuals of its own: it borrows the pooled ones (conv's here)
+    host = CALLS * 1e-5 + FIXED_S
+    # every draw scales every op's device time by e^0.2: both ends there
+    assert p.interval == pytest.approx((DEVICE_S * math.exp(0.2) + host,) * 2)
+    spread = {"conv_fwd": [-0.3, 0.3], "elementwise": [-0.1, 0.1]}
+    p = pr.predict_step(INVENTORY, machine("cpu", host_costs(), residuals=spread), "fp32")
     low, high = p.interval
-    assert low == pytest.approx(DEVICE_S * math.exp(-0.06) + 5e-5)
-    assert high == pytest.approx(DEVICE_S * math.exp(0.26) + 5e-5)
-    assert any("pooled" in n for n in p.notes)
+    assert DEVICE_S * math.exp(-0.3) + host <= low < p.step_s < high
+    assert high <= DEVICE_S * math.exp(0.3) + host
+    assert pr.predict_step(INVENTORY, machine("cpu", host_costs(), spread), "fp32").interval == (
+        low,
+        high,
+    )  # seeded: the same every time
 
 
 def test_no_residuals_no_interval():
@@ -259,19 +320,25 @@ def test_kendall_tau_differs_between_the_units_across_batches():
 
 
 def efficiency_doc(host=1e-5):
-    """A CPU env's efficiency.json with one row per table: a constant efficiency."""
+    """A CPU env's efficiency.json with one row per table: a constant efficiency; host
+    costs of ``host`` per op and of FIXED_S for the step."""
 
     def row(eff):
         return {"flops": 1, "bytes": 1, "seconds": 1e-3 / eff, "ideal_s": 1e-3,
                 "efficiency": eff, "what": "toy"}  # fmt: skip
 
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "env": "local",
         "device": "cpu",
         "source": "sweep",
         "roofs": {"compute": {"fp32": ROOF_C}, "memory": ROOF_M},
-        "dispatch": {"host_s_per_op": host, "launch_s_per_op": None, "method": "toy"},
+        "dispatch": {
+            "host_s": {"forward": {"conv": host, "elementwise": host}, "backward": {}},
+            "fixed": {"fp32": {"intercept_s": 1e-4, "per_param_tensor_s": 1e-6}},
+            "launch_s_per_op": None,
+            "method": "toy",
+        },
         "tables": {"fp32": {k: [row(e)] for k, e in EFFICIENCY.items()}},
     }
 
@@ -302,7 +369,7 @@ POINT = ("local", "toy", "fp32", 8)
 
 def predicted_rows(efficiency=None):
     envs = {"local": ap.EnvFiles("local", CEILINGS, efficiency or efficiency_doc(), ENV_INFO)}
-    inventories = {("toy", "fp32", 8): ("toy_fp32_bs8_ops.json", INVENTORY)}
+    inventories = {("toy", "fp32", 8, "cpu"): ("toy_fp32_bs8_cpu_ops.json", INVENTORY)}
     complexity = {("toy", 8): ("toy_bs8.json", COMPLEXITY)}
     return ap.prediction_rows([POINT], [], inventories, complexity, envs)
 
@@ -310,11 +377,14 @@ def predicted_rows(efficiency=None):
 def test_prediction_row_from_files():
     (row,) = predicted_rows()
     assert row["kind"] == "measured" and row["method"] == "model"
-    assert row["predicted_step_s"] == pytest.approx(0.06405)
-    assert row["predicted_images_per_s"] == pytest.approx(8 / 0.06405)
+    step = DEVICE_S + CALLS * 1e-5 + FIXED_S
+    assert row["predicted_step_s"] == pytest.approx(step)
+    assert row["predicted_images_per_s"] == pytest.approx(8 / step)
+    assert row["predicted_device_s"] == pytest.approx(DEVICE_S)
+    assert row["predicted_host_s"] == pytest.approx(CALLS * 1e-5 + FIXED_S)
     assert row["bound"] == "memory"
     assert row["top_classes"] == "elementwise 75%; conv 25%"
-    assert ap.parse_shares(row["class_shares"]) == pytest.approx(
+    assert mf.parse_shares(row["class_shares"]) == pytest.approx(
         {"conv": 0.25, "elementwise": 0.75}
     )
     assert row["predicted_peak_memory_bytes"] == 1_000_000_000
@@ -397,12 +467,12 @@ def model_prediction(step=0.06405, low=math.nan, high=math.nan):
 
 
 def check_of(metrics, predictions=None):
-    return ap.check_rows(
+    return ac.check_rows(
         [model_prediction()] if predictions is None else predictions,
         metrics,
         {("toy", 8): ("toy_bs8.json", COMPLEXITY)},
         {"local": ("ceilings.json", CEILINGS)},
-        {("toy", "fp32", 8): ("toy_fp32_bs8_ops.json", INVENTORY)},
+        {("toy", "fp32", 8, "cpu"): ("toy_fp32_bs8_cpu_ops.json", INVENTORY)},
     )
 
 
@@ -416,7 +486,7 @@ def test_prediction_check_rows_per_method():
     # the failed one is not counted
     metrics = metrics_frame([("ok", 100.0), ("ok", 160.0), ("ok", 80.0), ("error", None)])
     rows = check_of(metrics)
-    assert [r["method"] for r in rows] == list(ap.METHODS)
+    assert [r["method"] for r in rows] == list(ac.METHODS)
     by = {r["method"]: r for r in rows}
     assert all(r["measured_images_per_s"] == 100.0 for r in rows)
     assert all(r["measured_step_s"] == pytest.approx(0.08) for r in rows)
@@ -441,7 +511,7 @@ def test_prediction_check_rows_per_method():
     assert by["model"]["measured_peak_memory_source"] == "max_rss_bytes"
     assert "runs without rss_before_model_bytes" in by["model"]["note"]
     assert by["model"]["predicted_peak_memory_bytes"] == 1_000_000_000
-    assert by["model"]["in_interval"] is None and set(rows[0]) == set(ap.CHECK_COLUMNS)
+    assert by["model"]["in_interval"] is None and set(rows[0]) == set(ac.CHECK_COLUMNS)
 
 
 def test_a_prediction_twice_too_slow_scores_plus_100_on_step_time():
@@ -466,7 +536,7 @@ def test_a_cpu_points_measured_peak_leaves_the_runtime_out():
     row = model_row(check_of(runs))
     # the larger of max RSS less the RSS before the model: 900_000_001 - 600_000_000
     assert row["measured_peak_memory_bytes"] == 300_000_001
-    assert row["measured_peak_memory_source"] == ap.RSS_ABOVE_RUNTIME
+    assert row["measured_peak_memory_source"] == ac.RSS_ABOVE_RUNTIME
     assert "rss_before_model" not in row["note"]
     # on CUDA the peak device memory, whatever the RSS
     cuda = metrics_frame([("ok", 100.0)], device="cuda:0", rss_before=600_000_000).assign(
@@ -480,12 +550,12 @@ def test_a_cpu_points_measured_peak_leaves_the_runtime_out():
 def test_check_refuses_a_measured_point_without_a_prediction():
     metrics = metrics_frame([("ok", 100.0)])
     with pytest.raises(InputError, match="predictions.csv has no model row"):
-        ap.check_rows(
+        ac.check_rows(
             [],
             metrics,
             {("toy", 8): ("c", COMPLEXITY)},
             {"local": ("ceilings.json", CEILINGS)},
-            {("toy", "fp32", 8): ("i", INVENTORY)},
+            {("toy", "fp32", 8, "cpu"): ("i", INVENTORY)},
         )
 
 
@@ -510,12 +580,12 @@ def test_check_summary_reads_interval_flags_from_a_csv(tmp_path):
 def test_check_refuses_runs_of_another_image_size():
     metrics = metrics_frame([("ok", 100.0)]).assign(image_size=128, run_id="r1")
     with pytest.raises(InputError, match="image_size 128"):
-        ap.check_rows(
+        ac.check_rows(
             [model_prediction()],
             metrics,
             {("toy", 8): ("c", {**COMPLEXITY, "image_size": 224})},
             {"local": ("ceilings.json", CEILINGS)},
-            {("toy", "fp32", 8): ("i", INVENTORY)},
+            {("toy", "fp32", 8, "cpu"): ("i", INVENTORY)},
         )
 
 

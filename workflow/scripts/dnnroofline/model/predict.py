@@ -1,10 +1,10 @@
-"""The roofline model of a training step: predict it from microbenchmarks, then check it.
+"""The model of a training step: predict it from microbenchmarks, then check it.
 
 Pure arithmetic, no I/O. Inputs: an op inventory (:mod:`dnnroofline.model.op_inventory`,
-every aten op of one step with its class, FLOPs, bytes and count), an env's
-:class:`Machine` (its measured roofs, dispatch costs and efficiency tables, from
-``results/{env}/efficiency.json``) and a precision. No measured run of the point is an
-input: :func:`predict_step` takes none.
+every aten op of one step as the device runs it, with its class, shape, FLOPs, bytes,
+count and the step's order), an env's :class:`Machine` (its measured roofs, the host's
+costs and the efficiency fits, from ``results/{env}/efficiency.json``) and a precision.
+No measured run of the point is an input: :func:`predict_step` takes none.
 
 See :data:`METHOD` for the model; :func:`roofline_step_s` and
 :func:`per_op_roofline_step_s` are the baselines it is checked beside;
@@ -14,44 +14,48 @@ See :data:`METHOD` for the model; :func:`roofline_step_s` and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dnnroofline.errors import InputError
 from dnnroofline.model.op_classes import OP_CLASSES, table_key
-from dnnroofline.model.roofline import check_positive
+from dnnroofline.model.replay import Issue, replay
+from dnnroofline.model.roofline import bound_with_busy_share, check_positive
 from dnnroofline.study.precisions import roof_names
 
 #: Nominal level of the prediction interval: the 10th to the 90th percentile.
 INTERVAL_LEVEL = 0.8
 INTERVAL_QUANTILES = (0.1, 0.9)
+#: Draws of the interval's resampling, and its seed (the interval is reproducible).
+INTERVAL_DRAWS, INTERVAL_SEED = 300, 0
 BOUNDS = ("compute", "memory", "host")
 #: How many classes ``top_classes`` names.
 TOP_CLASSES = 3
 
 METHOD = (
-    "Per op of the step's inventory (every aten op of forward, backward and optimizer, "
-    "from real dispatch): ideal_s = max(FLOPs / measured compute roof of the precision, "
-    "bytes read and written / measured memory roof), the time at the roofline; the op's "
-    "table (its class, convolutions by kind and direction) gives its attained share of "
-    "that, the efficiency, interpolated at its ideal_s; op time = ideal_s / efficiency, "
-    "times its count. The op is compute-bound where its FLOP term is the larger. On a "
-    "GPU no call takes less than the measured launch cost per op (a floor, not an added "
-    "term: the tables time back-to-back calls with CUDA events, so their times hold "
-    "the gaps between kernels already; adding the launch cost again would count it "
-    "twice); an op at that floor is launch-bound. Step: on a CPU the sum of op times "
-    "plus calls x host time per op (one thread runs both); on a GPU, where the host runs "
-    "ahead of the device, the longer of device time (sum of op times) and host time "
-    "(calls x host time per op, where measured). Bound: the largest share of predicted "
-    "time among compute-bound ops, memory-bound ops and host/dispatch (launch-bound ops; "
-    "a host-bound GPU step is all host). Interval (nominal 80%): the leave-one-out log "
-    "residuals of each table (log of the efficiency its neighbours interpolate for a "
-    "row over the one the row measured, i.e. log of measured over predicted time) give "
-    "its 10th and 90th percentiles q10, q90; each table's op times are scaled by exp(q10) "
-    "and exp(q90), every op of a table together (their errors are one table's, so they "
-    "add), floors and host time kept; a table with under 2 residuals borrows the pooled "
-    "residuals of the point's tables. Images/s = batch / step time."
+    "Per op of the step's inventory (every aten op of forward, backward and optimizer as "
+    "the device runs it): ideal_s = max(FLOPs / measured compute roof of the precision, "
+    "bytes read and written / measured memory roof); its efficiency (the share of that "
+    "it attains) from a fit per table (its class, convolutions by kind and direction) "
+    "on the env's sweep of ops drawn over shape ranges, read at the op's own shape "
+    "(batch, channels, spatial size, kernel, stride, groups; m, n, k; elements, in place, "
+    "broadcast...), never faster than the roof; device time = ideal_s / efficiency, on a "
+    "GPU at least the launch cost per call. Host time: each forward and backward op's "
+    "measured cost with autograd, by class and phase, and the step's fixed costs "
+    "(optimizer step with GradScaler under amp, zero_grad, the backward call) as "
+    "measured for the model's number of parameter tensors. Step: on a CPU the sum of "
+    "device and host times (one thread does both); on a GPU a replay of the host issuing "
+    "the ops in the step's order ahead of the device, waiting where the step syncs "
+    "(GradScaler's inf check), three steps in a row, the last one's time. Bound: on a CPU "
+    "the largest share of the step among compute-bound device time, memory-bound device "
+    "time and host time; on a GPU host where the device is busy under 75% of the step "
+    "(the report's rule for a measured kernel-busy share), else compute or memory by the "
+    "larger device time. Interval (nominal 80%): each "
+    "op's device time scaled by a residual drawn from its table's cross-validated log "
+    "residuals (the fit's error on shapes it did not see), the step recomputed "
+    f"{INTERVAL_DRAWS} times, its 10th and 90th percentiles. Images/s = batch / step time."
 )
 
 
@@ -59,25 +63,60 @@ class EfficiencyTables(Protocol):
     """What the model needs of an env's tables
     (:class:`dnnroofline.model.efficiency_tables.Tables`)."""
 
-    def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]: ...
+    def efficiencies(
+        self, precision: str, key: str, items: Sequence[Mapping]
+    ) -> tuple[list[float], str, int]: ...
+
+    def residuals(self, precision: str, key: str) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """The host's measured costs (an efficiency document's ``dispatch``): seconds per op
+    with autograd by phase and class, the step's fixed seconds (``fixed_s`` per
+    precision: ``(intercept, per parameter tensor)``), and on a GPU the launch cost."""
+
+    per_op: Mapping[str, Mapping[str, float]]  # phase -> class -> seconds
+    fixed_s: Mapping[str, tuple[float, float]]
+    launch_s: float | None = None
+
+    @classmethod
+    def from_dispatch(cls, dispatch: Mapping | None) -> HostCosts | None:
+        """From a ``dispatch`` block; None where it measured no per-op costs (a ceilings
+        file, an efficiency document of the first schema)."""
+        if not isinstance(dispatch, Mapping) or not isinstance(dispatch.get("host_s"), Mapping):
+            return None
+        fixed = {
+            p: (float(f["intercept_s"]), float(f["per_param_tensor_s"]))
+            for p, f in (dispatch.get("fixed") or {}).items()
+        }
+        launch = dispatch.get("launch_s_per_op")
+        return cls(dict(dispatch["host_s"]), fixed, float(launch) if launch else None)
+
+    def op_s(self, phase: str, op_class: str) -> float:
+        """Host seconds of one call; the optimizer's ops are in its fixed cost."""
+        if phase == "optimizer":
+            return 0.0
+        by_class = self.per_op.get(phase) or self.per_op.get("forward") or {}
+        return float(by_class.get(op_class, by_class.get("elementwise", 0.0)))
+
+    def fixed(self, precision: str, param_tensors: int) -> float | None:
+        for name in roof_names(precision):
+            if name in self.fixed_s:
+                intercept, slope = self.fixed_s[name]
+                return intercept + slope * param_tensors
+        return None
 
 
 @dataclass(frozen=True)
 class Machine:
-    """One env as the model sees it: measured roofs, dispatch costs, efficiency tables.
-
-    ``residuals(precision, key)``: the table's leave-one-out log residuals,
-    ``log(interpolated / measured efficiency)`` = ``log(measured / predicted time)``
-    (:func:`dnnroofline.model.efficiency_tables.loo_log_residuals`), empty where none.
-    """
+    """One env as the model sees it: measured roofs, the host's costs, efficiency fits."""
 
     device: str  # "cpu" | "cuda" | "mps"
     compute: Mapping[str, float]  # FLOP/s by precision
     memory: float  # bytes/s
-    host_s_per_op: float | None
-    launch_s_per_op: float | None
     tables: EfficiencyTables
-    residuals: Callable[[str, str], Sequence[float]] = field(default=lambda p, k: ())
+    host: HostCosts | None = None
     source: str = ""
 
     def compute_roof(self, precision: str) -> float:
@@ -92,19 +131,21 @@ class Machine:
 
 @dataclass(frozen=True)
 class OpTime:
-    """One inventory entry as predicted (``seconds`` for all its ``count`` calls)."""
+    """One inventory entry as predicted (seconds for all its ``count`` calls)."""
 
     name: str
     op_class: str
+    phase: str
     key: str
     used_key: str
     count: int
     ideal_s: float
     efficiency: float
-    seconds: float  # max(roofline_s, floor_s)
-    bound: str  # "compute" | "memory" | "host" (launch-bound: at the floor)
+    seconds: float  # device seconds: max(roofline_s, floor_s)
+    bound: str  # "compute" | "memory" | "host" (at the launch floor)
     roofline_s: float  # ideal_s / efficiency x count
     floor_s: float  # launch cost x count (GPU), else 0
+    host_s: float  # the host's issue seconds x count
 
 
 @dataclass(frozen=True)
@@ -112,9 +153,10 @@ class Prediction:
     step_s: float
     images_per_s: float
     bound: str
-    device_s: float  # op times summed (no dispatch)
-    host_s: float | None  # calls x host time per op
-    launch_s: float | None  # time of the ops at the launch floor (GPU)
+    device_s: float  # the ops' device times summed
+    host_s: float | None  # the host's: per-op dispatch and the fixed costs
+    fixed_s: float | None  # of host_s: the step's fixed costs
+    busy_share: float  # device_s / step_s (GPU); the compute's share of the step (CPU)
     calls: int
     time_by_bound: dict[str, float]  # compute / memory / host, summing to step_s
     time_by_class: dict[str, float]  # device seconds per op class
@@ -171,143 +213,185 @@ def op_ideal_s(op: Mapping, roof_c: float, roof_m: float) -> tuple[float, str]:
     return max(t_c, t_m), "compute" if t_c >= t_m else "memory"
 
 
-def time_ops(ops: Iterable[Mapping], machine: Machine, precision: str) -> list[OpTime]:
-    """Each op's predicted device time: ideal_s / its table's efficiency, times count;
-    on a GPU at least its count x the launch cost (where measured)."""
-    roof_c, roof_m = machine.compute_roof(precision), machine.memory
-    launch = machine.launch_s_per_op if machine.device != "cpu" else None
-    out = []
-    for op in ops:
-        ideal, op_bound = op_ideal_s(op, roof_c, roof_m)
-        key = table_key(op)
-        eff, used = (1.0, key) if ideal == 0 else machine.tables.efficiency(precision, key, ideal)
-        if not (math.isfinite(eff) and eff > 0):
-            raise InputError(f"efficiency table {used!r} ({precision}) gave {eff!r} at {ideal:g} s")
-        roofline_s = ideal / eff * op["count"]
-        floor_s = (launch or 0.0) * op["count"]
-        if floor_s > roofline_s:
-            op_bound = "host"
-        out.append(
-            OpTime(
-                str(op.get("name")),
-                op["class"],
-                key,
-                used,
-                op["count"],
-                ideal,
-                eff,
-                max(roofline_s, floor_s),
-                op_bound,
-                roofline_s,
-                floor_s,
-            )
-        )
+def _efficiencies(
+    ops: Sequence[Mapping], ideal: list[float], machine: Machine, precision: str, notes: list
+):
+    """(efficiency, table used) per op, one fit call per table."""
+    out: list[tuple[float, str]] = [(1.0, table_key(op)) for op in ops]
+    by_ideal = 0
+    by_key: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        if ideal[i] > 0:
+            by_key.setdefault(table_key(op), []).append(i)
+    for key, idx in by_key.items():
+        items = [
+            {"shape": ops[i].get("shape") or {}, "phase": ops[i].get("phase", "forward"),
+             "ideal_s": ideal[i], "flops": ops[i]["flops"],
+             "bytes": ops[i]["bytes_read"] + ops[i]["bytes_written"]}
+            for i in idx
+        ]  # fmt: skip
+        effs, used, n = machine.tables.efficiencies(precision, key, items)
+        by_ideal += n if used == key else 0
+        for i, eff in zip(idx, effs, strict=True):
+            if not (math.isfinite(eff) and eff > 0):
+                raise InputError(f"efficiency fit {used!r} ({precision}) gave {eff!r}")
+            out[i] = (eff, used)
+    if by_ideal:
+        notes.append(f"{by_ideal} ops without their shape's features: read by ideal time alone")
     return out
 
 
-def _step(ops: Sequence[OpTime], machine: Machine, calls: int, notes: list[str]):
-    """(step_s, host_s, time_by_bound) from the ops' device times and the dispatch cost."""
-    host = None if machine.host_s_per_op is None else calls * machine.host_s_per_op
-    by_bound = {b: sum(o.seconds for o in ops if o.bound == b) for b in BOUNDS}
-    device_s = sum(by_bound.values())
+def time_ops(
+    ops: Sequence[Mapping], machine: Machine, precision: str, notes: list | None = None
+) -> list[OpTime]:
+    """Each op's predicted device time (ideal_s / its efficiency, times count; on a GPU
+    at least its count x the launch cost) and host time."""
+    roof_c, roof_m = machine.compute_roof(precision), machine.memory
+    launch = machine.host.launch_s if machine.host and machine.device != "cpu" else None
+    ideal_bound = [op_ideal_s(op, roof_c, roof_m) for op in ops]
+    effs = _efficiencies(ops, [i for i, _ in ideal_bound], machine, precision, notes or [])
+    out = []
+    for op, (ideal, op_bound), (eff, used) in zip(ops, ideal_bound, effs, strict=True):
+        phase = str(op.get("phase", "forward"))
+        roofline_s = ideal / eff * op["count"]
+        floor_s = (launch or 0.0) * op["count"]
+        host_s = machine.host.op_s(phase, op["class"]) * op["count"] if machine.host else 0.0
+        out.append(
+            OpTime(str(op.get("name")), op["class"], phase, table_key(op), used, op["count"],
+                   ideal, eff, max(roofline_s, floor_s),
+                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s)
+        )  # fmt: skip
+    return out
+
+
+def _issues(inventory: Mapping, ops: Sequence[OpTime], fixed_s: float) -> list[Issue]:
+    """The step's ops in the order the host issues them (the inventory's ``sequence``;
+    an inventory without one: phase by phase), one Issue per call; the fixed costs as host
+    work where the optimizer starts, after the sync that precedes it."""
+    sequence = inventory.get("sequence")
+    if not isinstance(sequence, list) or not sequence:
+        sequence = [i for i, o in enumerate(ops) for _ in range(o.count)]
+    issues: list[Issue] = []
+    pending_sync, fixed_done = False, False
+    for entry in sequence:
+        if entry == "sync":
+            pending_sync = True
+            continue
+        o = ops[int(entry)]
+        if o.phase == "optimizer" and not fixed_done:
+            issues.append(Issue(fixed_s, 0.0, pending_sync))
+            pending_sync, fixed_done = False, True
+        issues.append(Issue(o.host_s / o.count, o.seconds / o.count, pending_sync))
+        pending_sync = False
+    if not fixed_done:
+        issues.append(Issue(fixed_s, 0.0, pending_sync))
+    return issues
+
+
+def _step_s(
+    inventory: Mapping, ops: Sequence[OpTime], machine: Machine, fixed_s: float
+) -> tuple[float, float]:
+    """(step seconds, device busy seconds): the CPU's sum, or the GPU's replay."""
+    device_s = sum(o.seconds for o in ops)
     if machine.device == "cpu":
-        if host is None:
-            notes.append("no host time per op measured: dispatch left out of the CPU step")
-        by_bound["host"] += host or 0.0
-        return device_s + (host or 0.0), host, by_bound
-    if machine.launch_s_per_op is None:
-        notes.append("no launch cost per op measured: no floor under a GPU op's time")
-    if host is None:
-        notes.append("no host time per op measured: the step cannot be host-bound here")
-    elif host > device_s:  # the device waits on the host: the whole step is host time
-        return host, host, {"compute": 0.0, "memory": 0.0, "host": host}
-    return device_s, host, by_bound
+        return device_s + sum(o.host_s for o in ops) + fixed_s, device_s
+    replayed = replay(_issues(inventory, ops, fixed_s))
+    return replayed.step_s, replayed.device_s
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values``, linear between order statistics (numpy's default)."""
-    xs = sorted(values)
-    if not xs:
-        raise ValueError("quantile of no values")
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def _interval(
-    ops: Sequence[OpTime], machine: Machine, precision: str, notes: list[str]
-) -> dict[str, tuple[float, float]] | None:
-    """{used table: (time factor low, high)} from its residuals; None where no table has any."""
-    pooled: list[float] = []
-    own: dict[str, list[float]] = {}
-    for key in dict.fromkeys(o.used_key for o in ops):
-        own[key] = [float(r) for r in machine.residuals(precision, key) if math.isfinite(r)]
-        pooled += own[key]
-    if len(pooled) < 2:
-        notes.append("no interval: the tables have under 2 leave-one-out residuals")
-        return None
-    lo_q, hi_q = INTERVAL_QUANTILES
-    factors = {}
-    borrowed = []
-    for key, res in own.items():
-        if len(res) < 2:
-            res = pooled
-            borrowed.append(key)
-        # residual r = log(measured / predicted time): the time scales by exp(r)
-        factors[key] = (math.exp(quantile(res, lo_q)), math.exp(quantile(res, hi_q)))
-    if borrowed:
-        notes.append(f"interval of {', '.join(borrowed)} from the pooled residuals")
-    return factors
+def _time_by_bound(ops: Sequence[OpTime], step_s: float, device_s: float, cpu: bool) -> dict:
+    by = {b: sum(o.seconds for o in ops if o.bound == b) for b in BOUNDS}
+    # the host's share: its own time on a CPU, the device's wait on a GPU
+    by["host"] += (step_s - device_s) if step_s > device_s or cpu else 0.0
+    return by
 
 
 def predict_step(
     inventory: Mapping, machine: Machine, precision: str, where: str = "op inventory"
 ) -> Prediction:
     """The predicted training step of one inventory on one machine (:data:`METHOD`)."""
-    ops = time_ops(inventory_ops(inventory, where), machine, precision)
-    batch = _batch(inventory, where)
     notes: list[str] = []
+    ops = time_ops(inventory_ops(inventory, where), machine, precision, notes)
+    batch = _batch(inventory, where)
     fallbacks = sorted({f"{o.key}->{o.used_key}" for o in ops if o.used_key != o.key})
     if fallbacks:
         notes.append(f"tables borrowed (no own table): {', '.join(fallbacks)}")
-    calls = sum(o.count for o in ops)
-    device_s = sum(o.seconds for o in ops)
-    step, host, by_bound = _step(ops, machine, calls, notes)
+    fixed = _fixed_s(inventory, machine, precision, notes)
+    step, device_s = _step_s(inventory, ops, machine, fixed or 0.0)
     if not step > 0:
         raise InputError(f"{where}: predicted step time {step!r} is not positive")
     by_class: dict[str, float] = {}
     for o in ops:
         by_class[o.op_class] = by_class.get(o.op_class, 0.0) + o.seconds
     shares = sorted(((c, t / device_s) for c, t in by_class.items()), key=lambda x: -x[1])
-    interval = None
-    factors = _interval(ops, machine, precision, notes)
-    if factors is not None:
-        low, high = (
-            [
-                replace(o, seconds=max(o.roofline_s * factors[o.used_key][end], o.floor_s))
-                for o in ops
-            ]
-            for end in (0, 1)
-        )
-        interval = (_step(low, machine, calls, [])[0], _step(high, machine, calls, [])[0])
+    by_bound = _time_by_bound(ops, step, device_s, machine.device == "cpu")
+    host = None if machine.host is None else sum(o.host_s for o in ops) + (fixed or 0.0)
+    busy = min(device_s / step, 1.0)
+    if machine.device == "cpu":  # one thread: host time is time the step spends
+        bound = max(BOUNDS, key=lambda b: by_bound[b])
+    else:  # the device waits: the report's rule on a measured kernel-busy share
+        kernels = max(("compute", "memory"), key=lambda b: by_bound[b])
+        bound = bound_with_busy_share(kernels, busy)
     return Prediction(
         step_s=step,
         images_per_s=batch / step,
-        bound=max(BOUNDS, key=lambda b: by_bound[b]),
+        bound=bound,
         device_s=device_s,
         host_s=host,
-        launch_s=sum(o.seconds for o in ops if o.bound == "host")
-        if machine.device != "cpu"
-        else None,
-        calls=calls,
+        fixed_s=fixed,
+        busy_share=busy,
+        calls=sum(o.count for o in ops),
         time_by_bound=by_bound,
         time_by_class=by_class,
         top_classes=shares[:TOP_CLASSES],
-        interval=interval,
+        interval=_interval(inventory, ops, machine, precision, fixed or 0.0, notes),
         notes=notes,
         ops=ops,
     )
+
+
+def _fixed_s(inventory: Mapping, machine: Machine, precision: str, notes: list[str]):
+    """The step's fixed host seconds for the inventory's parameter tensors, or None."""
+    if machine.host is None:
+        notes.append("no host costs measured (no sweep): dispatch and fixed costs left out")
+        return None
+    tensors = inventory.get("param_tensors")
+    if isinstance(tensors, bool) or not isinstance(tensors, int) or tensors < 0:
+        notes.append("the inventory does not count its parameter tensors: fixed costs left out")
+        return None
+    fixed = machine.host.fixed(precision, tensors)
+    if fixed is None:
+        notes.append(f"no fixed step costs measured for {precision}")
+    return fixed
+
+
+def _interval(
+    inventory: Mapping,
+    ops: Sequence[OpTime],
+    machine: Machine,
+    precision: str,
+    fixed_s: float,
+    notes: list[str],
+) -> tuple[float, float] | None:
+    """(low, high) step seconds: each op's device time scaled by a residual drawn from
+    its table's, the step recomputed per draw, the quantiles of :data:`INTERVAL_QUANTILES`."""
+    residuals = {k: machine.tables.residuals(precision, k) for k in {o.key for o in ops}}
+    pooled = [r for rs in residuals.values() for r in rs if math.isfinite(r)]
+    if len(pooled) < 2:
+        notes.append("no interval: the fits have under 2 cross-validated residuals")
+        return None
+    rng = random.Random(INTERVAL_SEED)
+    steps = []
+    for _ in range(INTERVAL_DRAWS):
+        drawn = []
+        for o in ops:
+            own = residuals.get(o.key) or pooled
+            factor = math.exp(rng.choice(own if len(own) >= 2 else pooled))
+            seconds = max(o.roofline_s * factor, o.floor_s)
+            drawn.append(replace(o, seconds=seconds))
+        steps.append(_step_s(inventory, drawn, machine, fixed_s)[0])
+    lo_q, hi_q = INTERVAL_QUANTILES
+    return quantile(steps, lo_q), quantile(steps, hi_q)
 
 
 def format_top_classes(top: Sequence[tuple[str, float]]) -> str:
@@ -338,3 +422,14 @@ def per_op_roofline_step_s(
     return sum(
         op_ideal_s(op, roof_c, roof_m)[0] * op["count"] for op in inventory_ops(inventory, where)
     )
+
+
+def quantile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, linear between order statistics (numpy's default)."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("quantile of no values")
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
