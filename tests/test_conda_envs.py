@@ -24,6 +24,7 @@ CONDA_NAME = {
     "yaml": "pyyaml",
     "PIL": "pillow",
     "vl_convert": "vl-convert-python",
+    "sklearn": "scikit-learn",
 }
 # Rules that run inside Snakemake itself (run: blocks) need no env file.
 IN_PROCESS_RULES = {"all"}
@@ -47,34 +48,59 @@ def env_dependencies(env_file: Path) -> set[str]:
     return names
 
 
+def _imports(tree: ast.AST, top_level: bool) -> list[ast.stmt]:
+    """The import statements of a module: all of them, or those run on import (outside
+    functions)."""
+    if not top_level:
+        return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    found, todo = [], list(ast.iter_child_nodes(tree))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def third_party_imports(script: Path, seen: set[Path] | None = None) -> set[str]:
-    """Top-level third-party modules imported by a script and its dnnroofline modules."""
+    """Top-level third-party modules a script may import: its own imports and, through
+    every dnnroofline module it reaches, theirs. A package module is reached through the
+    imports that run on import (the script's own, anywhere, run when it runs); each one
+    reached counts all its third-party imports, those inside functions too."""
+    entry = seen is None
     seen = set() if seen is None else seen
     if script in seen:
         return set()
     seen.add(script)
+    tree = ast.parse(script.read_text())
+    followed = {id(n) for n in _imports(tree, top_level=not entry)}
     found = set()
-    for node in ast.walk(ast.parse(script.read_text())):
+    for node in _imports(tree, top_level=False):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        elif node.level == 0 and node.module:
             modules = [node.module]
         else:
             continue
         for module in modules:
             top = module.split(".")[0]
-            if top == "dnnroofline":
-                path = SCRIPTS / (module.replace(".", "/") + ".py")
-                if not path.exists():
-                    path = SCRIPTS / module.replace(".", "/") / "__init__.py"
-                found |= third_party_imports(path, seen)
-                if isinstance(node, ast.ImportFrom):  # from dnnroofline import x
-                    for alias in node.names:
-                        sub = SCRIPTS / "dnnroofline" / f"{alias.name}.py"
-                        if sub.exists():
-                            found |= third_party_imports(sub, seen)
-            elif top not in sys.stdlib_module_names:
-                found.add(top)
+            if top != "dnnroofline":
+                if top not in sys.stdlib_module_names:
+                    found.add(top)
+                continue
+            if id(node) not in followed:
+                continue
+            path = SCRIPTS / (module.replace(".", "/") + ".py")
+            if not path.exists():
+                path = SCRIPTS / module.replace(".", "/") / "__init__.py"
+            found |= third_party_imports(path, seen)
+            if isinstance(node, ast.ImportFrom):  # from dnnroofline.model import x
+                for alias in node.names:
+                    sub = SCRIPTS / module.replace(".", "/") / f"{alias.name}.py"
+                    if sub.exists():
+                        found |= third_party_imports(sub, seen)
     return found
 
 
