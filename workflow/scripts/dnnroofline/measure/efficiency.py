@@ -62,6 +62,8 @@ WINDOW_S = {"cpu": (3e-6, 4e-3), "cuda": (2e-6, 2e-3), "quick": (1e-7, 2e-4)}
 POOL_ELEMENTS = {"cpu": 2 * 2**24, "cuda": 2 * 2**28, "quick": 2 * 2**18}
 #: Draws per row before a table gives up on its window (tiny ranges, odd roofs).
 MAX_DRAWS = 60
+#: A last-level cache the machine does not report: as large as a server's.
+DEFAULT_CACHE_BYTES = 64 * 2**20
 #: The sleep (GPU cycles per queued call) that keeps a CUDA repeat's calls queued.
 SLEEP_CYCLES_PER_CALL = 40_000
 
@@ -130,8 +132,10 @@ def time_rows(
     mode: str,
     channels_last: bool,
     foreach: bool,
+    cache_bytes: int = 0,
 ) -> tuple[dict, list[str]]:
-    """``{precision: {table: [row]}}`` of the timed draws, and notes (left out, failed)."""
+    """``{precision: {table: [row]}}`` of the timed draws, and notes (left out, failed);
+    each op's inputs spread over twice ``cache_bytes`` (the device's last-level cache)."""
     import torch
 
     rows_wanted = ROWS[mode]
@@ -140,7 +144,8 @@ def time_rows(
     draws = {p: sweep_ops.Draw(random.Random(f"{p}"), sweep_ops.RANGES[mode]) for p in precisions}
     settings = {
         p: sweep_ops.Setting(torch, pool, p, channels_last,
-                             _admit(roofs["compute"][p], roofs["memory"], window))
+                             _admit(roofs["compute"][p], roofs["memory"], window),
+                             cold_bytes=2 * cache_bytes)
         for p in precisions
     }  # fmt: skip
     rows: dict[str, dict[str, list]] = {p: {} for p in precisions}
@@ -202,9 +207,12 @@ def measure(
     cuda_cc: tuple[int, int] | None = None,
     roofs_from: str = "the ceilings",
     started: float | None = None,
+    cache_bytes: int | None = None,
 ) -> dict:
     """Time the sweep and the host's costs on ``device`` (cpu or cuda): the machine's
-    part of the efficiency document, before its rows are set against the roofs."""
+    part of the efficiency document, before its rows are set against the roofs.
+    ``cache_bytes``: the device's last-level cache, which each op's inputs outgrow
+    (None: unknown, :data:`DEFAULT_CACHE_BYTES`; quick mode: none)."""
     t0 = time.monotonic() if started is None else started
     import torch
 
@@ -218,8 +226,10 @@ def measure(
     mode = "quick" if quick else device
     dispatch = measure_dispatch(device, run, quick=quick)
     foreach = device == "cuda"  # torch's SGD picks foreach for CUDA tensors, not for CPU's
+    cache = 0 if quick else cache_bytes or DEFAULT_CACHE_BYTES
     rows, notes = time_rows(device, run, roofs, t0 + budget_s, mode=mode,
-                            channels_last=channels_last, foreach=foreach)  # fmt: skip
+                            channels_last=channels_last, foreach=foreach,
+                            cache_bytes=cache)  # fmt: skip
     if quick:
         notes.append("QUICK mode: tiny sizes for tests; not the env's efficiencies")
     return {
@@ -230,6 +240,7 @@ def measure(
         "channels_last": channels_last,
         "quick": quick,
         "foreach": foreach,
+        "cache_bytes": cache,
         "budget_s": budget_s,
         "torch": torch.__version__,
         "method": _method(mode, channels_last),
@@ -255,7 +266,8 @@ def _method(mode: str, channels_last: bool) -> str:
         f"time on the env's roofs is {low:g}-{high:g} s; per op the fastest of "
         f"{timing['min_reps']}-{timing['reps']} repeats after warm-up (as the roofs are "
         f"taken), each at least {timing['min_repeat_s'] * 1e3:g} ms of calls, {timer}; "
-        f"inputs rotate between {sweep_ops.N_SETS} sets; activations {fmt}; FLOPs by "
+        f"inputs rotate between sets spread over twice the last-level cache (at least "
+        f"{sweep_ops.MIN_SETS}); activations {fmt}; FLOPs by "
         "flop_count's rules, bytes = tensor arguments read + outputs written in full; "
         "ideal_s = max(flops / compute roof, bytes / memory roof) on the env's measured roofs"
     )
@@ -378,9 +390,11 @@ def sweep_env(
     key = {**fingerprint(dev, name, cpu, threads), **settings}
 
     def measure_here() -> dict:
+        cache = facts["l2_bytes"] if dev == "cuda" else cpu["llc_bytes"]
         doc = measure(dev, precisions, threads, roofs, budget, quick=quick,
                       channels_last=channels_last, cpu_flags=cpu["flags_all"],
-                      cuda_cc=facts["cc"], roofs_from=where, started=t0)  # fmt: skip
+                      cuda_cc=facts["cc"], roofs_from=where, started=t0,
+                      cache_bytes=cache)  # fmt: skip
         taken = contention.contended_cpus(contention.other_load(cpu0, contention.snapshot()))
         return {**doc, "contended": taken}
 

@@ -6,10 +6,15 @@ size, kernel, stride, groups; GEMM m, n, k; element counts...), never from a mod
 study, and returns the op as the step calls it with the ``shape`` dict the op inventory
 records for such an op (:mod:`dnnroofline.model.shape_features` reads both alike).
 
-Inputs are views into one random buffer per dtype (:class:`Pool`), two sets at other
-offsets that the timed calls rotate between: a drawn op costs no allocation or random
-numbers before it is timed, and one whose ideal time falls outside the sweep's window
-is dropped before anything runs. FLOPs follow :mod:`dnnroofline.model.flop_count`'s
+Inputs are views into one random buffer per dtype (:class:`Pool`), placed as a step
+would find them: the input an op takes from the op just before it (the activation a
+layer reads, the gradient a backward op receives) is one view, hot in cache where it
+fits; the others (weights, activations saved in the forward, a residual) rotate over
+enough places to spread over twice the device's last-level cache, so they come from
+DRAM, as a step's do (two sets of a small op would stay in cache and run faster than
+any step runs them). A drawn op costs no allocation or random numbers before it is
+timed, and one whose ideal time falls outside the sweep's window is dropped before
+anything runs. FLOPs follow :mod:`dnnroofline.model.flop_count`'s
 rules and bytes the inventory's: every tensor argument read in full, every output (and
 in-place target) written in full.
 """
@@ -24,8 +29,8 @@ from typing import Any
 
 from dnnroofline.study.precisions import HALF_PRECISIONS, torch_dtype
 
-#: Input sets each op rotates between.
-N_SETS = 2
+#: Input sets each op rotates between: at least two, at most this many.
+MIN_SETS, MAX_SETS = 2, 64
 #: Shape ranges per device (log-uniform between the bounds): wide enough for the CNNs
 #: and transformers people train at their image sizes, never taken from one of them.
 RANGES: dict[str, dict[str, tuple[int, int]]] = {
@@ -73,15 +78,11 @@ class Pool:
             self._by_dtype[dtype] = t.to(dtype)
         return self._by_dtype[dtype]
 
-    def fits(self, numel: int) -> bool:
-        return N_SETS * numel <= self.elements
-
-    def take(self, shape: tuple, dtype: Any, set_index: int, channels_last: bool = False) -> Any:
-        """A view of ``shape`` (channels_last strides for a 4-d one where asked) at the
-        ``set_index``-th of :data:`N_SETS` disjoint places of the buffer."""
+    def take(self, shape: tuple, dtype: Any, offset: int, channels_last: bool = False) -> Any:
+        """A view of ``shape`` (channels_last strides for a 4-d one where asked) at
+        element ``offset`` of the buffer."""
         numel = math.prod(shape)
-        start = (self.elements // N_SETS) * set_index
-        flat = self._buffer(dtype)[start : start + numel]
+        flat = self._buffer(dtype)[offset : offset + numel]
         if channels_last and len(shape) == 4:
             n, c, h, w = shape
             return flat.view(n, h, w, c).permute(0, 3, 1, 2)
@@ -100,8 +101,10 @@ class Setting:
         precision: str,
         channels_last: bool,
         admit: Callable[[float, float], bool] = lambda flops, nbytes: True,
+        cold_bytes: int = 0,
     ):
         self.torch, self.pool, self.precision, self._admit = torch, pool, precision, admit
+        self.cold_bytes = cold_bytes  # the inputs a repeat spreads over: twice the cache
         self.dtype = getattr(torch, torch_dtype(precision))
         self.half = self.dtype if precision in HALF_PRECISIONS else torch.float16
         self.channels_last = channels_last
@@ -113,14 +116,44 @@ class Setting:
         if not self._admit(flops, nbytes):
             raise Rejected(f"{flops:.3g} FLOPs, {nbytes:.3g} bytes: outside the window")
 
-    def sets(self, *shapes: tuple, dtype: Any = None, layout: bool = True) -> list[tuple]:
-        """:data:`N_SETS` argument tuples of views with these shapes."""
-        for shape in shapes:
-            if not self.pool.fits(math.prod(shape)):
-                raise Rejected(f"{shape}: larger than the input pool")
+    def sets(
+        self,
+        *shapes: tuple,
+        hot: tuple[int, ...] = (),
+        dtype: Any = None,
+        layout: bool = True,
+        channels_last: bool | None = None,
+    ) -> list[tuple]:
+        """Argument tuples of views with these shapes. The arguments in ``hot`` (their
+        positions) are the same views in every tuple: as in a step, where an op reads
+        what the op before it just wrote, they stay in cache where they fit. The others
+        rotate over enough places to spread over :attr:`cold_bytes` (:data:`MIN_SETS` to
+        :data:`MAX_SETS` tuples), as a step's saved activations, weights and gradients
+        come from DRAM. ``layout``: the 4-d ones in the env's memory format (or in
+        ``channels_last``'s)."""
         dt = dtype or self.dtype
-        cl = self.channels_last and layout
-        return [tuple(self.pool.take(s, dt, i, cl) for s in shapes) for i in range(N_SETS)]
+        cl = (self.channels_last if channels_last is None else channels_last) and layout
+        sizes = [math.prod(shape) for shape in shapes]
+        warm = sum(size for i, size in enumerate(sizes) if i in hot)
+        cold = sum(sizes) - warm
+        room = (self.pool.elements - warm) // max(cold, 1)
+        if room < MIN_SETS:
+            raise Rejected(f"{shapes}: larger than the input pool")
+        item = self.torch.tensor([], dtype=dt).element_size()
+        wanted = math.ceil(self.cold_bytes / max(cold * item, 1)) if cold else MIN_SETS
+        count = max(MIN_SETS, min(MAX_SETS, wanted, room))
+        out = []
+        for i in range(count):
+            offset, fixed, views = i * cold, count * cold, []
+            for j, (shape, size) in enumerate(zip(shapes, sizes, strict=True)):
+                if j in hot:
+                    views.append(self.pool.take(shape, dt, fixed, cl))
+                    fixed += size
+                else:
+                    views.append(self.pool.take(shape, dt, offset, cl))
+                    offset += size
+            out.append(tuple(views))
+        return out
 
 
 def rotating(fn: Callable, sets: list[tuple]) -> Callable[[], Any]:
@@ -208,14 +241,15 @@ def conv_op(s: Setting, shape: dict, backward: bool, key: str) -> Op:
     what = f"{kind} {k}x{k}/{st} g{g} n{n} c{c}->{co} {hw}x{hw}"
     if not backward:
         s.admit(flop, item * (x + w + y))
-        sets = s.sets((n, c, hw, hw), (co, c // g, k, k))
+        sets = s.sets((n, c, hw, hw), (co, c // g, k, k), hot=(0,))  # x: the layer before's
         call = rotating(lambda a, b: F.conv2d(a, b, None, st, pad, 1, g), sets)
         return Op(f"{what} fwd", key, "forward", shape, flop, item * (x + w + y), call)
     mask = [bool(shape["input_grad"]), True, False]
     grads = (x if mask[0] else 0) + w
     flops = flop * (2 if mask[0] else 1)
     s.admit(flops, item * (y + x + w + grads))
-    sets = s.sets((n, co, ho, ho), (n, c, hw, hw), (co, c // g, k, k))
+    # the output's gradient comes from the backward before; input and weight from DRAM
+    sets = s.sets((n, co, ho, ho), (n, c, hw, hw), (co, c // g, k, k), hot=(0,))
     aten = s.torch.ops.aten
 
     def bwd(gy, a, b):
@@ -232,10 +266,10 @@ def gemm_op(s: Setting, shape: dict) -> Op:
     elems = batch * (m * k + k * n + m * n)
     s.admit(2 * batch * m * n * k, s.item * elems)
     if b:
-        sets = s.sets((b, m, k), (b, k, n), layout=False)
+        sets = s.sets((b, m, k), (b, k, n), hot=(0,), layout=False)
         fn = torch.bmm
     else:
-        sets = s.sets((m, k), (k, n), layout=False)
+        sets = s.sets((m, k), (k, n), hot=(0,), layout=False)
         fn, b = torch.mm, 1
     what = f"gemm {f'{b}x' if b > 1 else ''}{m}x{n}x{k} (MxNxK)"
     return Op(what, "gemm", "forward", shape, 2 * b * m * n * k, s.item * elems, rotating(fn, sets))
@@ -265,9 +299,9 @@ def elementwise_op(s: Setting, name: str, act: tuple) -> Op:
         shapes[1] = (act[0], act[1], 1, 1)
     read = sum(math.prod(sh) for sh in shapes)
     s.admit(per * numel, s.item * (read + numel))
-    sets = s.sets(*shapes)
-    if in_place:  # the target is written: a copy per set keeps the pool's values intact
-        sets = [(a.clone(), *rest) for a, *rest in sets]
+    # the first input is the op before's output; a second one (a residual, a saved
+    # activation) comes from DRAM; an in-place op writes into the pool, values stay finite
+    sets = s.sets(*shapes, hot=(0,))
     shape = {"numel": numel, "inputs": inputs, "in_place": in_place, "broadcast": broadcast}
     call = rotating(lambda *a: fn(s.torch, *a), sets)
     what = f"{name} {'x'.join(map(str, act))}"
@@ -282,11 +316,11 @@ def reduction_op(s: Setting, act: tuple, backward: bool) -> Op:
     s.admit(n * c * h * w, s.item * (n * c * h * w + (c if backward else n * c)))
     if backward:
         shape2 = (n * h * w, c)
-        sets = s.sets(shape2, layout=False)
+        sets = s.sets(shape2, hot=(0,), layout=False)
         call = rotating(lambda a: torch.sum(a, dim=0), sets)
         n_in, n_out, what = n * h * w * c, c, f"sum over batch {n * h * w}x{c}"
     else:
-        sets = s.sets(act)
+        sets = s.sets(act, hot=(0,))
         call = rotating(lambda a: torch.ops.aten._adaptive_avg_pool2d(a, [1, 1]), sets)
         n_in, n_out, what = n * c * h * w, n * c, f"adaptive avg pool {'x'.join(map(str, act))}"
     shape = {"numel_in": n_in, "numel_out": n_out}
@@ -303,21 +337,22 @@ def batch_norm_op(s: Setting, act: tuple, backward: bool) -> Op:
     cudnn = bool(torch.backends.cudnn.enabled)
     shape = {"n": n, "c": c, "spatial": h * w}
     s.admit((9 if backward else 5) * numel, (3 if backward else 2) * s.item * numel)
-    stats = [[s.pool.take((c,), torch.float32, i).abs() + 0.5 for _ in range(4)] for i in range(2)]
+
+    def stats():  # weight, bias, running mean and var in fp32, as autocast keeps them
+        return [torch.rand(c, device=s.pool.device) + 0.5 for _ in range(4)]
 
     def forward(x, wt, b, rm, rv):
         return aten._batch_norm_impl_index(x, wt, b, rm, rv, True, 0.1, 1e-5, cudnn)
 
-    xs = s.sets(act)
     label = "x".join(map(str, act))
     if not backward:
-        sets = [(x, *st) for (x,), st in zip(xs, stats, strict=True)]
+        sets = [(x, *stats()) for (x,) in s.sets(act, hot=(0,))]
         call = rotating(lambda *a: forward(*a)[:4], sets)
         return Op(f"batch norm {label} fwd", "normalization", "forward", shape, 5 * numel,
                   2 * s.item * numel, call)  # fmt: skip
-    gys = s.sets(act)
     sets = []
-    for (x,), (gy,), (wt, b, rm, rv) in zip(xs, gys[::-1], stats, strict=True):
+    for x, gy in s.sets(act, act, hot=(1,)):  # x saved in the forward, gy just made
+        wt, b, rm, rv = stats()
         _, mean, invstd, reserve, impl = forward(x, wt, b, rm, rv)
         sets.append((gy, x, wt, rm, rv, mean, invstd, reserve))
 
@@ -343,13 +378,12 @@ def pool_op(s: Setting, act: tuple, window: int, backward: bool) -> Op:
     n_in, n_out = n * c * h * w, n * c * ho * wo
     idx_bytes = 8 * n_out
     s.admit(n_out, s.item * (3 * n_in if backward else n_in + n_out) + idx_bytes)
-    xs = s.sets(act)
     if not backward:
-        call = rotating(lambda x: aten.max_pool2d_with_indices(x, **kw), xs)
+        call = rotating(lambda x: aten.max_pool2d_with_indices(x, **kw), s.sets(act, hot=(0,)))
         return Op(f"{label} fwd", "pooling", "forward", shape, (window**2 - 1) * n_out,
                   s.item * (n_in + n_out) + idx_bytes, call)  # fmt: skip
     sets = []
-    for (x,), (gy,) in zip(xs, s.sets((n, c, ho, wo))[::-1], strict=True):
+    for x, gy in s.sets(act, (n, c, ho, wo), hot=(1,)):
         _, idx = aten.max_pool2d_with_indices(x, **kw)
         sets.append((gy, x, idx))
 
@@ -376,13 +410,12 @@ def copy_op(s: Setting, act: tuple, kind: str) -> Op:
         return Op(f"cast float32->{str(half)[6:]} {label}", "copy", "forward",
                   {"numel": numel}, 0, nbytes, rotating(lambda x: x.to(half), sets))  # fmt: skip
     if kind == "layout":
-        src_cl = not s.channels_last
-        sets = [tuple(s.pool.take(act, s.dtype, i, src_cl) for _ in range(1)) for i in range(2)]
+        sets = s.sets(act, channels_last=not s.channels_last)
         fmt = torch.channels_last if s.channels_last else torch.contiguous_format
         call = rotating(lambda x: x.contiguous(memory_format=fmt), sets)
         return Op(f"layout change {label}", "copy", "forward", {"numel": numel}, 0,
                   2 * s.item * numel, call)  # fmt: skip
-    sets = s.sets(act)
+    sets = s.sets(act, hot=(0,))
     return Op(f"clone {label}", "copy", "forward", {"numel": numel}, 0, 2 * s.item * numel,
               rotating(lambda x: x.clone(), sets))  # fmt: skip
 
@@ -394,16 +427,15 @@ def optimizer_op(s: Setting, sizes: list[int], foreach: bool) -> Op:
     f32 = torch.float32
     numel = sum(sizes)
     s.admit(2 * numel, 12 * numel)
-    params = [[s.pool.take((n,), f32, i).clone() for n in sizes] for i in range(N_SETS)]
-    bufs = [[s.pool.take((n,), f32, 1 - i) for n in sizes] for i in range(N_SETS)]
+    # parameters and momentum buffers, updated in the pool in place
+    views = s.sets(*[(n,) for n in sizes] * 2, dtype=f32, layout=False)
     shape = {"numel": numel, "tensors": len(sizes)}
     if foreach:
-        sets = [(p, b) for p, b in zip(params, bufs, strict=True)]
+        sets = [(list(v[: len(sizes)]), list(v[len(sizes) :])) for v in views]
         call = rotating(lambda p, b: torch._foreach_add_(p, b, alpha=-0.1), sets)
         what = f"_foreach_add_ fp32 {len(sizes)} tensors, {numel} elements"
     else:
-        sets = [(p[0], b[0]) for p, b in zip(params, bufs, strict=True)]
-        call = rotating(lambda p, b: p.add_(b, alpha=-0.1), sets)
+        call = rotating(lambda p, b: p.add_(b, alpha=-0.1), views)
         what = f"param.add_(buf, alpha) fp32 {numel}"
     return Op(what, "optimizer", "optimizer", shape, 2 * numel, 12 * numel, call)
 
