@@ -534,3 +534,26 @@ def test_a_cuda_row_is_timed_at_the_devices_pace_behind_a_sleep(monkeypatch, hos
         assert seconds == pytest.approx(kernel_s)  # the device's pace
     else:  # the host fell behind: an upper bound, and the sweep notes it
         assert seconds > kernel_s
+
+
+def test_the_smearing_factor_makes_a_fit_of_log_time_unbiased_in_time():
+    from dnnroofline.model.shape_fit import smearing_factor
+
+    assert smearing_factor([]) == 1.0 and smearing_factor([0.3]) == 1.0
+    # one op twice as slow as predicted, one twice as fast: the mean time is 1.25x
+    assert smearing_factor([math.log(2), math.log(0.5)]) == pytest.approx(1.25)
+    # an outlier beyond the 95th percentile is clipped to it
+    assert smearing_factor([0.0] * 39 + [5.0]) == pytest.approx(1.0)
+
+
+def test_a_tables_times_are_scaled_by_its_factor_and_stay_under_the_roof():
+    rng = random.Random(3)
+    rows = conv_rows(lambda s: 0.5 * math.exp(rng.gauss(0, 0.4)), count=60)
+    tables = et.load_tables(doc({"conv_fwd": rows}))
+    factor = tables.time_factor("fp32", "conv_fwd")
+    assert factor > 1.0  # noise in log time: the mean time is above the median
+    item = conv_item(conv(4, 64, 64, 28, 3))
+    (eff,), _, _ = tables.efficiencies("fp32", "conv_fwd", [item])
+    fit = tables._fit("fp32", "conv_fwd")
+    (raw,), _ = fit.log_efficiency([item], "x")
+    assert eff == pytest.approx(min(math.exp(raw) / factor, math.exp(fit.log_bound)))

@@ -41,7 +41,9 @@ METHOD = (
     "it attains) from a fit per table (its class, convolutions by kind and direction) "
     "on the env's sweep of ops drawn over shape ranges, read at the op's own shape "
     "(batch, channels, spatial size, kernel, stride, groups; m, n, k; elements, in place, "
-    "broadcast...), never faster than the roof; device time = ideal_s / efficiency, on a "
+    "broadcast...), never faster than the roof, each table's times scaled by the mean of "
+    "the exponentiated cross-validated residuals of its fit (Duan's smearing: a fit of log "
+    "time predicts the median, a step sums means); device time = ideal_s / efficiency, on a "
     "GPU at least the launch cost per call. Host time: each forward and backward op's "
     "measured cost with autograd, by class and phase, and the step's fixed costs "
     "(optimizer step with GradScaler under amp, zero_grad, the backward call) as "
@@ -68,6 +70,8 @@ class EfficiencyTables(Protocol):
     ) -> tuple[list[float], str, int]: ...
 
     def residuals(self, precision: str, key: str) -> list[float]: ...
+
+    def time_factor(self, precision: str, key: str) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class OpTime:
     roofline_s: float  # ideal_s / efficiency x count
     floor_s: float  # launch cost x count (GPU), else 0
     host_s: float  # the host's issue seconds x count
+    factor: float = 1.0  # the table's time factor in roofline_s (the fit's smearing)
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,7 @@ def time_ops(
     launch = machine.host.launch_s if machine.host and machine.device != "cpu" else None
     ideal_bound = [op_ideal_s(op, roof_c, roof_m) for op in ops]
     effs = _efficiencies(ops, [i for i, _ in ideal_bound], machine, precision, notes or [])
+    factors = {k: machine.tables.time_factor(precision, k) for k in {table_key(o) for o in ops}}
     out = []
     for op, (ideal, op_bound), (eff, used) in zip(ops, ideal_bound, effs, strict=True):
         phase = str(op.get("phase", "forward"))
@@ -259,7 +265,8 @@ def time_ops(
         out.append(
             OpTime(str(op.get("name")), op["class"], phase, table_key(op), used, op["count"],
                    ideal, eff, max(roofline_s, floor_s),
-                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s)
+                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s,
+                   factors[table_key(op)])
         )  # fmt: skip
     return out
 
@@ -387,7 +394,7 @@ def _interval(
         for o in ops:
             own = residuals.get(o.key) or pooled
             factor = math.exp(rng.choice(own if len(own) >= 2 else pooled))
-            seconds = max(o.roofline_s * factor, o.floor_s)
+            seconds = max(o.roofline_s / o.factor * factor, o.floor_s)
             drawn.append(replace(o, seconds=seconds))
         steps.append(_step_s(inventory, drawn, machine, fixed_s)[0])
     lo_q, hi_q = INTERVAL_QUANTILES

@@ -17,6 +17,10 @@ sweep's ranges it holds the nearest rows' efficiency. A table of fewer than
 :data:`MIN_FIT_ROWS` rows (a ceilings file's few benchmarks) is interpolated on log ideal
 time alone, the median of each row and its neighbours, clamped at its ends.
 
+A fit of log time predicts an op's median time; a step sums times, so each table's
+times are scaled by its smearing factor (:func:`smearing_factor`: the mean of the
+exponentiated cross-validated residuals, Duan 1983), which makes them unbiased.
+
 Every efficiency is bounded by the roofline: an op never runs faster than its ideal
 time, unless the table itself measured rows above the roof (a cache that held the
 inputs, a Winograd convolution counted at its nominal FLOPs), and then no faster than
@@ -152,3 +156,21 @@ def cross_validated_residuals(key: str, rows: Sequence[Mapping], at: str) -> lis
         for i, pred in zip(test, model.predict([x[i] for i in test]), strict=True):
             out.append(y[i] - float(pred))  # log measured time - log predicted time
     return out
+
+
+#: The residuals' tails left out of the smearing factor (a microbenchmark disturbed by
+#: another process must not scale every op of its table).
+SMEAR_QUANTILES = (0.05, 0.95)
+
+
+def smearing_factor(residuals: Sequence[float]) -> float:
+    """Duan's smearing estimate: the mean of ``exp(r)`` over the cross-validated log
+    residuals ``r`` = ``log(measured / predicted time)``, each clipped to their 5th-95th
+    percentiles. A fit of log time predicts the median time; the mean time, which a
+    step sums, is that times this factor. 1 without residuals."""
+    values = sorted(r for r in residuals if math.isfinite(r))
+    if len(values) < 2:
+        return 1.0
+    low = values[int(SMEAR_QUANTILES[0] * (len(values) - 1))]
+    high = values[math.ceil(SMEAR_QUANTILES[1] * (len(values) - 1))]
+    return statistics.fmean(math.exp(min(max(r, low), high)) for r in values)
