@@ -526,7 +526,7 @@ def test_a_cuda_row_is_timed_at_the_devices_pace_behind_a_sleep(monkeypatch, hos
     stream = FakeStream(host_s, kernel_s)
     monkeypatch.setattr(torch.cuda, "Event", stream.event)
     monkeypatch.setattr(torch.cuda, "_sleep", stream.sleep)
-    monkeypatch.setattr(efficiency, "_time_repeats", lambda device, fn, **t: ([1e-4], 20))
+    monkeypatch.setattr(efficiency, "time_repeats", lambda device, fn, **t: ([1e-4], 20))
     seconds, behind = efficiency._device_paced(stream.call, efficiency.TIMING["cuda"])
     cycles_per_call = efficiency.SLEEP_CYCLES_PER_CALL / 1e9
     assert behind == (host_s < cycles_per_call)  # the host queued all 20 within the sleep
@@ -536,24 +536,9 @@ def test_a_cuda_row_is_timed_at_the_devices_pace_behind_a_sleep(monkeypatch, hos
         assert seconds > kernel_s
 
 
-def test_the_smearing_factor_makes_a_fit_of_log_time_unbiased_in_time():
-    from dnnroofline.model.shape_fit import smearing_factor
-
-    assert smearing_factor([]) == 1.0 and smearing_factor([0.3]) == 1.0
-    # one op twice as slow as predicted, one twice as fast: the mean time is 1.25x
-    assert smearing_factor([math.log(2), math.log(0.5)]) == pytest.approx(1.25)
-    # an outlier beyond the 95th percentile is clipped to it
-    assert smearing_factor([0.0] * 39 + [5.0]) == pytest.approx(1.0)
-
-
-def test_a_tables_times_are_scaled_by_its_factor_and_stay_under_the_roof():
-    rng = random.Random(3)
-    rows = conv_rows(lambda s: 0.5 * math.exp(rng.gauss(0, 0.4)), count=60)
+def test_no_op_is_priced_beyond_its_tables_best_row():
+    rows = conv_rows(lambda s: 1.3 if s["kh"] == 1 else 0.4, count=60)
     tables = et.load_tables(doc({"conv_fwd": rows}))
-    factor = tables.time_factor("fp32", "conv_fwd")
-    assert factor > 1.0  # noise in log time: the mean time is above the median
-    item = conv_item(conv(4, 64, 64, 28, 3))
-    (eff,), _, _ = tables.efficiencies("fp32", "conv_fwd", [item])
-    fit = tables._fit("fp32", "conv_fwd")
-    (raw,), _ = fit.log_efficiency([item], "x")
-    assert eff == pytest.approx(min(math.exp(raw) / factor, math.exp(fit.log_bound)))
+    ones = [conv_item(conv(n, 64, 64, 14, 1)) for n in (1, 8, 64, 512)]
+    effs, _, _ = tables.efficiencies("fp32", "conv_fwd", ones)
+    assert all(e <= 1.3 + 1e-9 for e in effs) and max(effs) > 1.0

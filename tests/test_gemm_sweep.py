@@ -263,7 +263,7 @@ def test_the_timing_context_covers_the_timed_repeats_only():
         yield
         entered.append(len(calls))
 
-    _, inner = ck._time_repeats(
+    _, inner = ck.time_repeats(
         "cpu", lambda: calls.append(1), warmup=3, reps=4, min_reps=4, timing_context=sampling()
     )
     assert inner == 1 and entered == [3, 3 + 4]  # after the warm-up, around the repeats

@@ -42,7 +42,7 @@ def gemm_flop(m: int, n: int, k: int) -> int:
     return 2 * int(m) * int(n) * int(k)
 
 
-def _sync(device: str) -> None:
+def sync_device(device: str) -> None:
     import torch
 
     if device == "cuda":
@@ -52,7 +52,7 @@ def _sync(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _matmul_mode(device: str, precision: str):
+def matmul_mode(device: str, precision: str):
     """TF32 off for fp32, on for tf32 (CUDA GEMMs and cuDNN convolutions); restored after."""
     import torch
 
@@ -75,7 +75,7 @@ def _matmul_mode(device: str, precision: str):
 
 
 @contextlib.contextmanager
-def _cudnn_benchmark(device: str):
+def cudnn_benchmark(device: str):
     """cuDNN autotuning on (CUDA), as the study's runs have it; restored after."""
     import torch
 
@@ -96,7 +96,7 @@ def _dtype(precision: str):
     return getattr(torch, torch_dtype(precision))
 
 
-def _time_repeats(
+def time_repeats(
     device: str,
     fn,
     *,
@@ -126,14 +126,14 @@ def _time_repeats(
     t_warm = time.monotonic()
     for _ in range(max(1, warmup)):
         fn()
-    _sync(device)
+    sync_device(device)
     while time.monotonic() - t_warm < min_warmup_s:
         fn()
-        _sync(device)
+        sync_device(device)
     if min_repeat_s > 0:
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         one = max(time.perf_counter() - t0, 1e-7)
         inner = max(inner, min(MAX_INNER, math.ceil(min_repeat_s / one)))
     times: list[float] = []
@@ -150,11 +150,11 @@ def _time_repeats(
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 1e3 / inner)
             else:
-                _sync(device)
+                sync_device(device)
                 t0 = time.perf_counter()
                 for _ in range(inner):
                     fn()
-                _sync(device)
+                sync_device(device)
                 times.append((time.perf_counter() - t0) / inner)
             if len(times) >= min_reps and time.monotonic() - t_start > time_cap_s:
                 break
@@ -181,7 +181,7 @@ def bench_gemm(
     """Time ``torch.matmul`` of (m x k) @ (k x n) in ``precision`` (square n^3 by default).
 
     Each timed repeat runs ``inner`` GEMMs over rotating input sets (so no repeat finds
-    its operands in cache from the last); see :func:`_time_repeats` for the timer.
+    its operands in cache from the last); see :func:`time_repeats` for the timer.
     """
     import torch
 
@@ -205,8 +205,8 @@ def bench_gemm(
         torch.matmul(a, b, out=out)
         it += 1
 
-    with _matmul_mode(device, precision), torch.inference_mode():
-        times, inner = _time_repeats(
+    with matmul_mode(device, precision), torch.inference_mode():
+        times, inner = time_repeats(
             device,
             one,
             warmup=warmup,
@@ -288,8 +288,8 @@ def bench_conv(
             result["y"] = F.conv2d(x, w, padding=pad)
 
     ctx = contextlib.nullcontext() if backward else torch.inference_mode()
-    with _matmul_mode(device, precision), _cudnn_benchmark(device), ctx:
-        times, inner = _time_repeats(
+    with matmul_mode(device, precision), cudnn_benchmark(device), ctx:
+        times, inner = time_repeats(
             device,
             one,
             warmup=warmup,

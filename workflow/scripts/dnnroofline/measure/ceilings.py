@@ -185,7 +185,7 @@ def annotate_vs_datasheet(roofs: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------- assembly
 
 
-def _device_facts(device: str) -> dict:
+def device_facts(device: str) -> dict:
     import torch
 
     if device == "cuda":
@@ -230,7 +230,7 @@ def build_ceilings(
     threads = torch.get_num_threads()
     check_threads(expect_threads, threads, omp)
     cpu = cpu_info()
-    facts = _device_facts(dev)
+    facts = device_facts(dev)
     if dev == "cuda":
         device_name = facts["name"]
     elif dev == "mps":

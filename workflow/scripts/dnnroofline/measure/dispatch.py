@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dnnroofline.measure.ceiling_kernels import _sync
+from dnnroofline.measure.ceiling_kernels import sync_device
 from dnnroofline.model.complexity import OPTIMIZER
 from dnnroofline.stats import summarize
 
@@ -91,11 +91,11 @@ def _fastest(fn: Callable[[], Any], device: str, repeats: int = REPEATS) -> floa
     not inside): other processes only add time."""
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    _sync(device)
+    sync_device(device)
     return min(times)
 
 

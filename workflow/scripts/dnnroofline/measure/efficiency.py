@@ -31,12 +31,12 @@ from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure import sweep_ops
-from dnnroofline.measure.ceiling_kernels import _cudnn_benchmark, _matmul_mode, _time_repeats
+from dnnroofline.measure.ceiling_kernels import cudnn_benchmark, matmul_mode, time_repeats
 from dnnroofline.model.op_classes import TABLE_KEYS
 from dnnroofline.model.roofline import ideal_seconds
 from dnnroofline.study.precisions import unsupported_reason
 
-#: Timer settings per device (:func:`_time_repeats`); quick: tests.
+#: Timer settings per device (:func:`time_repeats`); quick: tests.
 TIMING: dict[str, dict] = {
     "cpu": {"warmup": 1, "reps": 5, "min_reps": 3, "time_cap_s": 0.25, "min_repeat_s": 0.004},
     "cuda": {"warmup": 2, "reps": 5, "min_reps": 3, "time_cap_s": 0.5, "min_repeat_s": 0.002},
@@ -47,7 +47,7 @@ TIMING: dict[str, dict] = {
 BUDGET_S = {"cpu": 100.0, "cuda": 170.0}
 #: Rows per table and precision, per device (quick: tests).
 ROWS: dict[str, dict[str, int]] = {
-    "cpu": {"conv_fwd": 50, "conv_bwd": 50, "conv_depthwise_fwd": 20, "conv_depthwise_bwd": 20,
+    "cpu": {"conv_fwd": 80, "conv_bwd": 80, "conv_depthwise_fwd": 30, "conv_depthwise_bwd": 30,
             "gemm": 25, "elementwise": 40, "reduction": 12, "normalization": 20, "pooling": 12,
             "copy": 15, "optimizer": 12},
     "cuda": {"conv_fwd": 60, "conv_bwd": 60, "conv_depthwise_fwd": 20, "conv_depthwise_bwd": 20,
@@ -75,7 +75,7 @@ def _device_paced(fn: Any, timing: Mapping) -> tuple[float, bool]:
     import torch
 
     warm_up = {**timing, "reps": 1, "min_reps": 1}
-    _, inner = _time_repeats("cuda", fn, **warm_up)  # warm-up, and the calls per repeat
+    _, inner = time_repeats("cuda", fn, **warm_up)  # warm-up, and the calls per repeat
     paced, behind = [], True
     for _ in range(timing["reps"]):
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
@@ -93,7 +93,7 @@ def _device_paced(fn: Any, timing: Mapping) -> tuple[float, bool]:
 def _time_op(device: str, op: sweep_ops.Op, timing: Mapping) -> tuple[float, bool]:
     if device == "cuda":
         return _device_paced(op.call, timing)
-    times, _ = _time_repeats(device, op.call, **timing)
+    times, _ = time_repeats(device, op.call, **timing)
     return min(times), True
 
 
@@ -161,7 +161,7 @@ def time_rows(
                     left_out[key] = left_out.get(key, 0) + 1
                     continue
                 try:
-                    with _matmul_mode(device, p), _cudnn_benchmark(device), torch.no_grad():
+                    with matmul_mode(device, p), cudnn_benchmark(device), torch.no_grad():
                         op = _draw_row(key, draws[p], settings[p], foreach)
                         if op is None:
                             continue
@@ -365,7 +365,7 @@ def sweep_env(
     cpu0 = contention.snapshot()
     import torch
 
-    from dnnroofline.measure.ceilings import _device_facts, contended_note
+    from dnnroofline.measure.ceilings import contended_note, device_facts
     from dnnroofline.measure.envinfo import cpu_info, resolve_device
     from dnnroofline.measure.train_config import check_threads, parse_omp_threads
     from dnnroofline.model.efficiency_tables import SCHEMA_VERSION, roofs_from_ceilings
@@ -382,7 +382,7 @@ def sweep_env(
     check_threads(expect_threads, threads, omp)
     roofs, notes = roofs_from_ceilings(ceilings, None, where)
     cpu = cpu_info()
-    facts = _device_facts(dev)
+    facts = device_facts(dev)
     name = facts["name"] if dev == "cuda" else cpu["model"]
     budget = BUDGET_S[dev] if budget_s is None else budget_s
     settings = {"precisions": sorted(dict.fromkeys(precisions)), "channels_last": channels_last,

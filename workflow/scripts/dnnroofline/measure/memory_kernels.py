@@ -1,7 +1,7 @@
 """The measured memory ceilings: STREAM triad, scale and copy over large device arrays.
 
 Timed as the compute microbenchmarks are
-(:func:`dnnroofline.measure.ceiling_kernels._time_repeats`);
+(:func:`dnnroofline.measure.ceiling_kernels.time_repeats`);
 :func:`measure_memory` returns the ``kind: memory`` entries of ``ceilings.json``.
 """
 
@@ -11,7 +11,7 @@ from dnnroofline.measure.ceiling_kernels import (
     GPU_MIN_REPEAT_S,
     GPU_MIN_WARMUP_S,
     MiB,
-    _time_repeats,
+    time_repeats,
 )
 
 
@@ -64,7 +64,7 @@ def bench_stream(
     out = {}
     with torch.inference_mode():
         for name, (fn, nbytes) in kernels.items():
-            times, inner = _time_repeats(
+            times, inner = time_repeats(
                 device,
                 fn,
                 warmup=1,

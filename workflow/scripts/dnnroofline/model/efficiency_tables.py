@@ -153,10 +153,10 @@ class Tables:
         self, precision: str, key: str, items: Sequence[Mapping]
     ) -> tuple[list[float], str, int]:
         """The efficiency each op of table ``key`` attains (``items``: ``shape``,
-        ``phase``, ``ideal_s``, ``flops``, ``bytes``), its times unbiased by
-        :meth:`time_factor` and never beyond the fit's bound; the table it came from; how
-        many ops were read by their ideal time alone (a fallback table, of another
-        class, reads every op so; a shape without the table's features too)."""
+        ``phase``, ``ideal_s``, ``flops``, ``bytes``), never beyond the fit's bound; the
+        table it came from; how many ops were read by their ideal time alone (a fallback
+        table, of another class, reads every op so; a shape without the table's features
+        too)."""
         used = self.table_used(precision, key)
         for i, item in enumerate(items):
             _positive(item.get("ideal_s"), f"ideal_s of {key} op {i}")
@@ -164,8 +164,7 @@ class Tables:
         if used != key:  # another class's features do not describe this op
             fit = shape_fit.Fit(used, None, fit.points, fit.log_bound)
         logs, by_ideal = fit.log_efficiency(items, f"{self.where}: {precision} {key}")
-        factor, bound = self.time_factor(precision, key), math.exp(fit.log_bound)
-        return [min(math.exp(v) / factor, bound) for v in logs], used, by_ideal
+        return [math.exp(v) for v in logs], used, by_ideal
 
     def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]:
         """One op known by its ideal time alone (no shape): the table's interpolation."""
@@ -188,12 +187,6 @@ class Tables:
                 used, rows, f"{self.where}: tables.{name}.{used}"
             )
         return self._residuals[(name, used)]
-
-    def time_factor(self, precision: str, key: str) -> float:
-        """What the fit's times are multiplied by to be unbiased: it predicts log time,
-        and a step sums times (:func:`dnnroofline.model.shape_fit.smearing_factor` of the
-        residuals of the table ``key`` is read from)."""
-        return shape_fit.smearing_factor(self.residuals(precision, key))
 
     def _fit(self, precision: str, used: str) -> shape_fit.Fit:
         name = self._precision_name(precision)

@@ -41,9 +41,7 @@ METHOD = (
     "it attains) from a fit per table (its class, convolutions by kind and direction) "
     "on the env's sweep of ops drawn over shape ranges, read at the op's own shape "
     "(batch, channels, spatial size, kernel, stride, groups; m, n, k; elements, in place, "
-    "broadcast...), never faster than the roof, each table's times scaled by the mean of "
-    "the exponentiated cross-validated residuals of its fit (Duan's smearing: a fit of log "
-    "time predicts the median, a step sums means); device time = ideal_s / efficiency, on a "
+    "broadcast...), never faster than the roof; device time = ideal_s / efficiency, on a "
     "GPU at least the launch cost per call. Host time: each forward and backward op's "
     "measured cost with autograd, by class and phase, and the step's fixed costs "
     "(optimizer step with GradScaler under amp, zero_grad, the backward call) as "
@@ -54,10 +52,12 @@ METHOD = (
     "the largest share of the step among compute-bound device time, memory-bound device "
     "time and host time; on a GPU host where the device is busy under 75% of the step "
     "(the report's rule for a measured kernel-busy share), else compute or memory by the "
-    "larger device time. Interval (nominal 80%): each "
-    "op's device time scaled by a residual drawn from its table's cross-validated log "
-    "residuals (the fit's error on shapes it did not see), the step recomputed "
-    f"{INTERVAL_DRAWS} times, its 10th and 90th percentiles. Images/s = batch / step time."
+    "larger device time. Interval (nominal 80%): per draw, each table's ops scaled together "
+    "by one residual drawn from the table's cross-validated log residuals (the fit's error "
+    "on shapes it did not see; a model's ops of one table err together, as its shapes are "
+    "neighbours), the tables apart, the step recomputed "
+    f"{INTERVAL_DRAWS} times; its 10th and 90th percentiles over its median, times the "
+    "predicted step. Images/s = batch / step time."
 )
 
 
@@ -70,8 +70,6 @@ class EfficiencyTables(Protocol):
     ) -> tuple[list[float], str, int]: ...
 
     def residuals(self, precision: str, key: str) -> list[float]: ...
-
-    def time_factor(self, precision: str, key: str) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -150,7 +148,6 @@ class OpTime:
     roofline_s: float  # ideal_s / efficiency x count
     floor_s: float  # launch cost x count (GPU), else 0
     host_s: float  # the host's issue seconds x count
-    factor: float = 1.0  # the table's time factor in roofline_s (the fit's smearing)
 
 
 @dataclass(frozen=True)
@@ -255,7 +252,6 @@ def time_ops(
     launch = machine.host.launch_s if machine.host and machine.device != "cpu" else None
     ideal_bound = [op_ideal_s(op, roof_c, roof_m) for op in ops]
     effs = _efficiencies(ops, [i for i, _ in ideal_bound], machine, precision, notes or [])
-    factors = {k: machine.tables.time_factor(precision, k) for k in {table_key(o) for o in ops}}
     out = []
     for op, (ideal, op_bound), (eff, used) in zip(ops, ideal_bound, effs, strict=True):
         phase = str(op.get("phase", "forward"))
@@ -265,8 +261,7 @@ def time_ops(
         out.append(
             OpTime(str(op.get("name")), op["class"], phase, table_key(op), used, op["count"],
                    ideal, eff, max(roofline_s, floor_s),
-                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s,
-                   factors[table_key(op)])
+                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s)
         )  # fmt: skip
     return out
 
@@ -351,7 +346,7 @@ def predict_step(
         time_by_bound=by_bound,
         time_by_class=by_class,
         top_classes=shares[:TOP_CLASSES],
-        interval=_interval(inventory, ops, machine, precision, fixed or 0.0, notes),
+        interval=_interval(inventory, ops, machine, step, precision, fixed or 0.0, notes),
         notes=notes,
         ops=ops,
     )
@@ -376,29 +371,35 @@ def _interval(
     inventory: Mapping,
     ops: Sequence[OpTime],
     machine: Machine,
+    step_s: float,
     precision: str,
     fixed_s: float,
     notes: list[str],
 ) -> tuple[float, float] | None:
-    """(low, high) step seconds: each op's device time scaled by a residual drawn from
-    its table's, the step recomputed per draw, the quantiles of :data:`INTERVAL_QUANTILES`."""
-    residuals = {k: machine.tables.residuals(precision, k) for k in {o.key for o in ops}}
-    pooled = [r for rs in residuals.values() for r in rs if math.isfinite(r)]
+    """(low, high) step seconds: per draw, each table's ops scaled together by one
+    residual drawn from the table's (a fit off for one shape is off for its neighbours
+    too, and a model's ops of one table are neighbours), the tables drawn apart; the step
+    recomputed per draw; the quantiles of :data:`INTERVAL_QUANTILES` of the draws over
+    their median, times ``step_s``."""
+    keys = sorted({o.key for o in ops})
+    residuals = {
+        k: [r for r in machine.tables.residuals(precision, k) if math.isfinite(r)] for k in keys
+    }
+    pooled = [r for rs in residuals.values() for r in rs]
     if len(pooled) < 2:
         notes.append("no interval: the fits have under 2 cross-validated residuals")
         return None
     rng = random.Random(INTERVAL_SEED)
     steps = []
     for _ in range(INTERVAL_DRAWS):
-        drawn = []
-        for o in ops:
-            own = residuals.get(o.key) or pooled
-            factor = math.exp(rng.choice(own if len(own) >= 2 else pooled))
-            seconds = max(o.roofline_s / o.factor * factor, o.floor_s)
-            drawn.append(replace(o, seconds=seconds))
-        steps.append(_step_s(inventory, drawn, machine, fixed_s)[0])
+        factor = {
+            k: math.exp(rng.choice(rs if len(rs) >= 2 else pooled)) for k, rs in residuals.items()
+        }
+        scaled = [replace(o, seconds=max(o.roofline_s * factor[o.key], o.floor_s)) for o in ops]
+        steps.append(_step_s(inventory, scaled, machine, fixed_s)[0])
+    median = quantile(steps, 0.5)
     lo_q, hi_q = INTERVAL_QUANTILES
-    return quantile(steps, lo_q), quantile(steps, hi_q)
+    return step_s * quantile(steps, lo_q) / median, step_s * quantile(steps, hi_q) / median
 
 
 def format_top_classes(top: Sequence[tuple[str, float]]) -> str:

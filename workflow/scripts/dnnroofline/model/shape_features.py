@@ -37,17 +37,24 @@ def _flag(shape: Shape, key: str, default: bool = False) -> float:
 
 def _conv(shape: Shape, at: str) -> list[float]:
     groups = _log(shape, "groups", at)
+    kernel = float(shape.get("kh", 1)) * float(shape.get("kw", 1))
+    out_pixels = _log(shape, "n", at) + _log(shape, "h_out", at) + _log(shape, "w_out", at)
     return [
         _log(shape, "n", at),
         _log(shape, "c_in", at),
         _log(shape, "c_out", at),
         _log(shape, "h", at) + _log(shape, "w", at),
         _log(shape, "h_out", at) + _log(shape, "w_out", at),
-        float(shape.get("kh", 1)) * float(shape.get("kw", 1)),
+        kernel,
         float(shape.get("stride", 1)),
         groups,
         _log(shape, "c_in", at) - groups,  # channels per group: dense, grouped, depthwise
         _flag(shape, "input_grad", True),
+        # the convolution as the GEMM it is lowered to, per group: M output pixels,
+        # N output channels, K = input channels x kernel
+        out_pixels,
+        _log(shape, "c_out", at) - groups,
+        _log(shape, "c_in", at) - groups + math.log2(max(kernel, 1.0)),
     ]
 
 

@@ -17,10 +17,6 @@ sweep's ranges it holds the nearest rows' efficiency. A table of fewer than
 :data:`MIN_FIT_ROWS` rows (a ceilings file's few benchmarks) is interpolated on log ideal
 time alone, the median of each row and its neighbours, clamped at its ends.
 
-A fit of log time predicts an op's median time; a step sums times, so each table's
-times are scaled by its smearing factor (:func:`smearing_factor`: the mean of the
-exponentiated cross-validated residuals, Duan 1983), which makes them unbiased.
-
 Every efficiency is bounded by the roofline: an op never runs faster than its ideal
 time, unless the table itself measured rows above the roof (a cache that held the
 inputs, a Winograd convolution counted at its nominal FLOPs), and then no faster than
@@ -42,7 +38,7 @@ from dnnroofline.model.shape_features import feature_vector
 MIN_FIT_ROWS = 6
 #: Folds of the cross-validation that gives a fit's residuals (the interval's width).
 FOLDS = 5
-TREES = 120
+TREES = 200
 MIN_LEAF = 2
 
 
@@ -78,7 +74,7 @@ def ideal_time_points(rows: Sequence[Mapping]) -> tuple[tuple[float, float], ...
     return tuple(_running_median(merged))
 
 
-def _features(key: str, item: Mapping, at: str) -> list[float]:
+def features_of(key: str, item: Mapping, at: str) -> list[float]:
     return feature_vector(
         key, item.get("shape") or {}, str(item.get("phase", "forward")), float(item["ideal_s"]),
         float(item.get("flops", 0)), float(item.get("bytes", 1)), at,
@@ -104,7 +100,7 @@ class Fit:
             rows, x = [], []
             for j, item in enumerate(items):
                 try:
-                    x.append(_features(self.key, item, at))
+                    x.append(features_of(self.key, item, at))
                 except InputError:
                     continue
                 rows.append(j)
@@ -114,7 +110,7 @@ class Fit:
         return [min(v, self.log_bound) for v in values], by_ideal if self.model else 0
 
 
-def _trees(seed: int = 0) -> Any:
+def regressor(seed: int = 0) -> Any:
     from sklearn.ensemble import ExtraTreesRegressor
 
     return ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=MIN_LEAF, random_state=seed)
@@ -128,8 +124,8 @@ def fit_table(key: str, rows: Sequence[Mapping], at: str) -> Fit:
     points = ideal_time_points(rows)
     if len(rows) < MIN_FIT_ROWS:
         return Fit(key, None, points, bound)
-    model = _trees()
-    model.fit([_features(key, r, at) for r in rows], [-v for v in log_eff])
+    model = regressor()
+    model.fit([features_of(key, r, at) for r in rows], [-v for v in log_eff])
     return Fit(key, model, points, bound)
 
 
@@ -147,30 +143,12 @@ def cross_validated_residuals(key: str, rows: Sequence[Mapping], at: str) -> lis
         return out
     from sklearn.model_selection import KFold
 
-    x = [_features(key, r, at) for r in rows]
+    x = [features_of(key, r, at) for r in rows]
     y = [-math.log(r["efficiency"]) for r in rows]
-    out = []
+    out = [0.0] * len(rows)
     for train, test in KFold(FOLDS, shuffle=True, random_state=0).split(x):
-        model = _trees()
+        model = regressor()
         model.fit([x[i] for i in train], [y[i] for i in train])
         for i, pred in zip(test, model.predict([x[i] for i in test]), strict=True):
-            out.append(y[i] - float(pred))  # log measured time - log predicted time
+            out[i] = y[i] - float(pred)  # log measured time - log predicted time
     return out
-
-
-#: The residuals' tails left out of the smearing factor (a microbenchmark disturbed by
-#: another process must not scale every op of its table).
-SMEAR_QUANTILES = (0.05, 0.95)
-
-
-def smearing_factor(residuals: Sequence[float]) -> float:
-    """Duan's smearing estimate: the mean of ``exp(r)`` over the cross-validated log
-    residuals ``r`` = ``log(measured / predicted time)``, each clipped to their 5th-95th
-    percentiles. A fit of log time predicts the median time; the mean time, which a
-    step sums, is that times this factor. 1 without residuals."""
-    values = sorted(r for r in residuals if math.isfinite(r))
-    if len(values) < 2:
-        return 1.0
-    low = values[int(SMEAR_QUANTILES[0] * (len(values) - 1))]
-    high = values[math.ceil(SMEAR_QUANTILES[1] * (len(values) - 1))]
-    return statistics.fmean(math.exp(min(max(r, low), high)) for r in values)
