@@ -542,3 +542,15 @@ def test_no_op_is_priced_beyond_its_tables_best_row():
     ones = [conv_item(conv(n, 64, 64, 14, 1)) for n in (1, 8, 64, 512)]
     effs, _, _ = tables.efficiencies("fp32", "conv_fwd", ones)
     assert all(e <= 1.3 + 1e-9 for e in effs) and max(effs) > 1.0
+
+
+def test_the_host_costs_count_ops_as_the_device_dispatches_them():
+    """A CUDA env's chains are counted on fake CUDA tensors (no GPU here): batch norm
+    is cuDNN's there, with a clone the CPU's has not, so each op's share of the time is
+    set by the ops the device really runs."""
+    from dnnroofline.measure import dispatch
+
+    chain = dispatch._chain("normalization", 4)
+    cpu, cuda = (dispatch._phase_ops(chain, device) for device in ("cpu", "cuda"))
+    assert cpu["forward"] > 0 and cpu["backward"] > 0
+    assert cuda["forward"] > cpu["forward"]  # cudnn_batch_norm and its clone of the input
