@@ -38,7 +38,7 @@ from dnnroofline.study.precisions import unsupported_reason
 
 #: Timer settings per device (:func:`time_repeats`); quick: tests.
 TIMING: dict[str, dict] = {
-    "cpu": {"warmup": 1, "reps": 5, "min_reps": 3, "time_cap_s": 0.25, "min_repeat_s": 0.004},
+    "cpu": {"warmup": 1, "reps": 4, "min_reps": 3, "time_cap_s": 0.15, "min_repeat_s": 0.002},
     "cuda": {"warmup": 2, "reps": 5, "min_reps": 3, "time_cap_s": 0.5, "min_repeat_s": 0.002},
     "quick": {"warmup": 1, "reps": 3, "min_reps": 2, "time_cap_s": 0.05, "min_repeat_s": 0.001},
 }
