@@ -309,12 +309,9 @@ def measure_dispatch(device: str, precisions: Iterable[str], quick: bool = False
         per_op = host_per_op(device, QUICK_CLASSES, 3) if quick else host_per_op(device)
         fixed = fixed_costs(device, precisions)
         launch = launch_s_per_op(device)
-    forward = per_op["forward"]
     return {
-        "host_s": {"forward": forward, "backward": per_op["backward"]},
+        "host_s": {"forward": per_op["forward"], "backward": per_op["backward"]},
         "bare_s": per_op["bare"],
-        # one figure for readers of the first schema: the forward ReLU's
-        "host_s_per_op": forward.get("elementwise"),
         "launch_s_per_op": launch,
         "fixed": fixed,
         "method": METHOD

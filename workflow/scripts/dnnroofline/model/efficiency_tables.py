@@ -166,16 +166,6 @@ class Tables:
         logs, by_ideal = fit.log_efficiency(items, f"{self.where}: {precision} {key}")
         return [math.exp(v) for v in logs], used, by_ideal
 
-    def efficiency(self, precision: str, key: str, ideal_s: float) -> tuple[float, str]:
-        """One op known by its ideal time alone (no shape): the table's interpolation."""
-        _positive(ideal_s, f"ideal_s of a {key} op")
-        used = self.table_used(precision, key)
-        fit = self._fit(precision, used)
-        logs, _ = shape_fit.Fit(used, None, fit.points, fit.log_bound).log_efficiency(
-            [{"ideal_s": ideal_s}], self.where
-        )
-        return math.exp(logs[0]), used
-
     def residuals(self, precision: str, key: str) -> list[float]:
         """``log(measured / predicted time)`` of the rows of the table ``key`` is read
         from, each predicted by a fit without it (cross-validated)."""
