@@ -291,6 +291,25 @@ def test_runs_from_metrics_alone_are_compared_by_their_medians():
     assert "without per-step times" in row["note"]
 
 
+def test_run_json_steps_and_settings_are_read_or_refused():
+    doc = run_doc("gpu", "resnet50", "amp", 256, 1, steps_of(0.1))
+    doc["gpu_telemetry"] = {"limits": {"sm_max_mhz": 1980, "power_limit_w": 700.0}}
+    doc["gpu_telemetry"]["sm_mhz"] = {"median": 1755}
+    assert compare_files.run_clocks([doc]) == {
+        "gpu": {"gpu_sm_max_mhz": 1980, "gpu_power_limit_w": 700.0, "gpu_sm_mhz_median": 1755}
+    }
+    settings = compare_files.run_settings([doc, doc | {"status": "oom"}])
+    assert settings["envs"]["gpu"]["threads"] == 2 and settings["study"]["iters"] == 20
+    merged = compare_files.with_fallback({"envs": {"gpu": {"threads": 8}}}, settings)
+    assert merged["envs"]["gpu"]["threads"] == 8 and merged["envs"]["gpu"]["nproc"] == 1
+    bad = doc | {"step_time_s": doc["step_time_s"] | {"all": [0.1, None]}}
+    with pytest.raises(InputError, match=r"^run\.json: step_time_s\.all"):
+        compare_files.run_timing(bad, "run.json")
+    newer = doc | {"schema_version": 2}
+    with pytest.raises(InputError, match=r"^run\.json: run JSON schema_version 2 is newer"):
+        compare_files.run_timing(newer, "run.json")
+
+
 # --------------------------------------------------------------------------- baseline
 
 
@@ -619,6 +638,8 @@ def test_cli_refuses_an_outdir_inside_the_baseline_and_bad_baselines(tmp_path):
     assert res.returncode == 2
     assert res.stderr.startswith("compare_studies: error: --outdir")
     assert "the baseline is read, never written" in res.stderr
+    res = run_script("compare_studies.py", *compare_args(current, old), cwd=current.parent)
+    assert res.returncode == 2 and "never written" in res.stderr  # the study folder too
     cfg = json.loads((current / "study_config.json").read_text())
     (current / "study_config.json").write_text(json.dumps(cfg | {"compare": {"baseline": "/x/y"}}))
     res = run_script("compare_studies.py", *compare_args(current, current), cwd=current.parent)

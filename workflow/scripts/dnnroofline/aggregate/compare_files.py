@@ -62,6 +62,8 @@ def run_timing(doc: Mapping, where: str) -> compare.RunTiming:
     row = run_row(doc, where)
     steps = dig(doc, "step_time_s", "all") if row["status"] == "ok" else None
     has_steps = isinstance(steps, list) and len(steps) > 0
+    if has_steps and not all(_positive(s) for s in steps):
+        raise InputError(f"{where}: step_time_s.all of an ok run must hold positive numbers")
     if row["status"] == "ok" and not has_steps:
         steps = [row["step_median_s"]]
     return compare.RunTiming(
@@ -76,6 +78,15 @@ def run_timing(doc: Mapping, where: str) -> compare.RunTiming:
         nproc=row["nproc"],
         has_steps=has_steps,
         message=row["message"],
+    )
+
+
+def _positive(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
     )
 
 
@@ -108,12 +119,15 @@ def runs_from_metrics(path: Path, where: str) -> list[compare.RunTiming]:
         raise InputError(f"{where}: {path}: cannot read metrics.csv: {exc}") from exc
     out = []
     for i, r in enumerate(frame.to_dict("records")):
+        nproc = r.get("nproc")
+        nproc = int(nproc) if isinstance(nproc, (int, float)) and nproc == nproc else 1
         try:
             step, batch, run = float(r["step_median_s"]), int(r["batch_size"]), int(r["run"])
-        except (TypeError, ValueError) as exc:
+            if not _positive(step):  # the run's images/s, where the median step is missing
+                step = nproc * batch / float(r["images_per_s"])
+        except (TypeError, ValueError, ZeroDivisionError) as exc:
             raise InputError(f"{where}: {path}: row {i + 2}: {exc}") from exc
-        ok = r["status"] == "ok" and math.isfinite(step) and step > 0
-        nproc = r.get("nproc")
+        ok = r["status"] == "ok" and _positive(step)
         out.append(
             compare.RunTiming(
                 env=str(r["env"]),
@@ -124,7 +138,7 @@ def runs_from_metrics(path: Path, where: str) -> list[compare.RunTiming]:
                 status=str(r["status"]) if ok or r["status"] != "ok" else "error",
                 steps=(step,) if ok else (),
                 images_per_s=float(r["images_per_s"]) if ok else math.nan,
-                nproc=int(nproc) if isinstance(nproc, (int, float)) and nproc == nproc else 1,
+                nproc=nproc,
                 has_steps=False,
                 message=None if pd.isna(r.get("message")) else str(r.get("message")),
             )
@@ -286,7 +300,8 @@ def compare_tables(
 def check_outdir(outdir: Path, baseline: Baseline) -> None:
     """Refuse an output folder inside the baseline: the baseline is read, never written."""
     out, root = outdir.resolve(), baseline.root.resolve()
-    if out == root or root in out.parents:
+    study_folder = root.parent if root.name == "results" else root
+    if out in (root, study_folder) or root in out.parents:
         raise InputError(
             f"--outdir {outdir}: inside the baseline {baseline.root}; the baseline is read, "
             "never written (write the comparison into this study's results/)"
