@@ -3,7 +3,7 @@ study against the same point of a baseline study, with a verdict and a gate.
 
 Pure: run timings in (:class:`RunTiming`, from run JSONs or metrics.csv rows), rows out.
 :mod:`dnnroofline.aggregate.compare_where` says what else changed (fingerprints, ops,
-kernels, roofs); :mod:`dnnroofline.aggregate.compare_load` reads the two studies.
+kernels, roofs); :mod:`dnnroofline.aggregate.compare_files` reads the two studies.
 
 A point's images/s is the study's own ledger's (roofline_points.csv): nproc x batch / the
 median of its ok runs' median steps. ``change_pct`` = 100 x (images/s / the baseline's
