@@ -40,6 +40,7 @@ include: "rules/perf.smk"
 include: "rules/traces.smk"
 include: "rules/aggregate.smk"
 include: "rules/model.smk"
+include: "rules/compare.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"
 
@@ -67,6 +68,9 @@ localrules:
     plot_parity,
     plot_kernel_roofline,
     plot_hierarchical_roofline,
+    compare,
+    plot_compare_roofline,
+    compare_section,
 
 
 rule all:

@@ -4,6 +4,7 @@
 import glob
 import json
 import os
+import shlex
 import subprocess
 
 from snakemake.logging import logger
@@ -11,7 +12,12 @@ from snakemake.logging import logger
 from dnnroofline.study import cluster as slurm
 from dnnroofline.measure.envinfo import check_copied_env
 from dnnroofline.errors import InputError
-from dnnroofline.report import SECTION_NAMES, section_file
+from dnnroofline.report import (
+    COMPARE_CATEGORY,
+    COMPARE_SECTION,
+    SECTION_NAMES,
+    section_file,
+)
 from dnnroofline.report import SECTIONS as REPORT_SECTIONS
 from dnnroofline.study.precisions import PRECISIONS
 from dnnroofline.model.op_classes import STEP_VARIANTS, step_variant
@@ -361,7 +367,114 @@ def all_targets():
             "results/prediction_check.csv",
             "results/plots/prediction_parity.svg",
         ]
+        + compare_targets()
     )
+
+
+# ---- Before and after: this study compared with a baseline (config compare:). The
+# baseline's files are inputs of the comparison alone: a baseline changed since its outputs
+# re-runs the comparison (and its plot and page), never a measurement or any other file of
+# this study, and no rule writes into the baseline's folder.
+
+COMPARE_FILES = {
+    name: f"results/{name}.csv"
+    for name in (
+        "compare",
+        "compare_unmatched",
+        "compare_fingerprints",
+        "compare_ops",
+        "compare_kernels",
+        "compare_roofs",
+    )
+}
+COMPARE_PLOT = "results/plots/compare_roofline"
+
+
+def compare_targets():
+    """The comparison's tables, its arrows plot and its report page: only with a compare:
+    block."""
+    if STUDY.baseline is None:
+        return []
+    return (
+        list(COMPARE_FILES.values())
+        + [f"{COMPARE_PLOT}.png", f"{COMPARE_PLOT}.svg"]
+        + [f"results/report_sections/{section_file(COMPARE_SECTION)}"]
+    )
+
+
+def compare_category():
+    """The report category of the comparison's page and plot: "Compared with <label>"."""
+    label = STUDY.baseline.label if STUDY.baseline is not None else "a baseline"
+    return f"{COMPARE_CATEGORY} {label}"
+
+
+def study_baseline():
+    """The config's baseline (dnnroofline.study.baseline), or an error naming the key
+    for a comparison asked of a study without one (results/compare.csv as a target)."""
+    if STUDY.baseline is None:
+        raise WorkflowError(
+            "results/compare.csv compares this study with a baseline, and the config has no "
+            "compare: block; add compare: {baseline: DIR} (see docs/compare.md)"
+        )
+    return STUDY.baseline
+
+
+def here_or_absolute(path):
+    """A baseline file as an input of the comparison: relative to the working directory
+    where it lies under it (a baseline kept in the checkout, as CI's baseline/results/),
+    absolute elsewhere."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def flat_paths(*found):
+    """The files among ``found`` that exist: each None (a file the baseline lacks), one
+    path or a list of them."""
+    out = []
+    for item in found:
+        if item is None:
+            continue
+        if isinstance(item, (str, os.PathLike)):
+            if os.path.isfile(item):
+                out.append(here_or_absolute(item))
+        else:
+            out += flat_paths(*item)
+    return out
+
+
+def baseline_files(wildcards):
+    """Every file of the baseline that the comparison reads: its ledgers and resolved
+    config, and per env its runs, fingerprint, roofs, trace tables and ncu captures."""
+    b = study_baseline()
+    files = flat_paths(b.metrics(), b.roofline_points(), b.study_config())
+    for env in b.envs:
+        files += flat_paths(
+            b.run_files(env),
+            b.env_info(env),
+            b.ceilings(env),
+            b.trace_ops(env),
+            b.ncu_files(env),
+        )
+    return sorted(set(files))
+
+
+def baseline_label(wildcards):
+    """--label of the comparison's plot and page: compare.label, else the baseline's
+    folder name (as dnnroofline.study.baseline resolves it), quoted for the shell."""
+    return shlex.quote(study_baseline().label)
+
+
+def baseline_points(wildcards):
+    """The baseline's roofline_points.csv (the arrows plot starts from its points), none
+    where the baseline lacks it."""
+    return flat_paths(study_baseline().roofline_points())
+
+
+def baseline_points_flag(wildcards, input):
+    """--baseline-points of the arrows plot, '' without the file (its points drawn plain)."""
+    files = input.get("baseline_points")
+    return f"--baseline-points {files}" if files else ""
 
 
 # ---- The model's inputs: microbenchmarks and op inventories, never a timed run

@@ -28,7 +28,12 @@ def cache_per_session(tmp_path_factory):
 
 # The files with tests that use tiny_study: make test (pytest -n 2) runs those tests on one
 # worker (work_unit below); the files' other tests may go to the other.
-TINY_STUDY_FILES = {"test_workflow.py", "test_report_browser.py", "test_traces.py"}
+TINY_STUDY_FILES = {
+    "test_workflow.py",
+    "test_report_browser.py",
+    "test_traces.py",
+    "test_compare_workflow.py",
+}
 
 
 @pytest.fixture(scope="session")

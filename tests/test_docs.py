@@ -25,8 +25,16 @@ DOC_PAGES = [
     "docs/model.md",
     "docs/development.md",
     "docs/contracts.md",
+    "docs/compare.md",
 ]
-PAGES = ["README.md", "BENCHMARKS.md", "examples/h100/README.md", "config/README.md", *DOC_PAGES]
+PAGES = [
+    "README.md",
+    "BENCHMARKS.md",
+    "examples/h100/README.md",
+    "examples/compare/README.md",
+    "config/README.md",
+    *DOC_PAGES,
+]
 
 FENCED = re.compile(r"^```.*?^```", re.S | re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")

@@ -7,7 +7,11 @@ The rows of the report's "At a glance" table: images/s, GFLOP/s, AI and its sour
 bound (``host (busy N%)`` where the device idles much of the step, with its kernel-busy
 share), share of the roof and what would move the point. Then, where the study has
 its ``prediction_check.csv`` (in ``--results``), the model's error per point and each
-method's MAPE, on step time and on images/s. Exit 2 when a table cannot be read.
+method's MAPE, on step time and on images/s. Where the study is compared with a
+baseline (``compare.csv`` in ``--results``), its verdicts, slower points first, and the
+regression gate's verdict line at the config's ``regression.tolerance_pct`` (from
+``study_config.json``; the exit status stays 0: ``regression_gate.py`` is the gate). Exit 2
+when a table cannot be read.
 """
 
 from __future__ import annotations
@@ -52,8 +56,30 @@ def main(argv: list[str] | None = None) -> int:
         except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             print(f"summarize_study: error: {check_path}: {exc}", file=sys.stderr)
             return 2
-    print(study_summary(metrics, points, ceilings, check))
+    try:
+        comparison, tolerance = read_comparison(Path(args.results))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        print(f"summarize_study: error: {exc}", file=sys.stderr)
+        return 2
+    print(study_summary(metrics, points, ceilings, check, comparison, tolerance))
     return 0
+
+
+def read_comparison(results: Path) -> tuple[pd.DataFrame | None, float | None]:
+    """results/compare.csv (None in a study not compared with a baseline) and the gate's
+    tolerance from results/study_config.json (None where it does not say)."""
+    path = results / "compare.csv"
+    if not path.exists():
+        return None, None
+    try:
+        comparison = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    tolerance = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        config = json.loads((results / "study_config.json").read_text())
+        tolerance = float(config["regression"]["tolerance_pct"])
+    return comparison, tolerance
 
 
 if __name__ == "__main__":

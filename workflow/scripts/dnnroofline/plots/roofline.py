@@ -220,7 +220,7 @@ def _roofline_limits(pts: pd.DataFrame, pairs: list[roofline.RoofPair]):
     return decade_limits(ais + [p.ridge for p in pairs], att + [p.compute.value for p in pairs])
 
 
-def _batch_markers(pts: pd.DataFrame) -> list[tuple[float, float, Marker]]:
+def batch_label_markers(pts: pd.DataFrame) -> list[tuple[float, float, Marker]]:
     """Each point's marker with its batch label; a sweep's labels alternate above and
     below, so that neighbours' do not collide."""
     label_below: dict[int, bool] = {}
@@ -236,7 +236,7 @@ def _batch_markers(pts: pd.DataFrame) -> list[tuple[float, float, Marker]]:
     return out
 
 
-def _draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> tuple:
+def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> tuple:
     """Memory and compute roofs with their labels and ridge markers.
 
     Roofs are drawn per env (their gids name it), labels once per distinct roof
@@ -505,8 +505,8 @@ def plot_roofline(
     with rc_context(_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = log_axes(fig, title, AXIS_Y, xlim, ylim)
-        batch_markers = _batch_markers(pts)
-        xhi, label_boxes = _draw_roofs(ax, pairs, combined, pts, batch_markers)
+        batch_markers = batch_label_markers(pts)
+        xhi, label_boxes = draw_roofs(ax, pairs, combined, pts, batch_markers)
         n_above, n_ranges = _draw_points(
             ax, pts, batch_markers, label_boxes, env_fill, model_marker
         )

@@ -4,7 +4,10 @@ a Jinja2 template in ``templates/`` (autoescaped; base.html holds the style shee
 :data:`SECTIONS` is the one list of the report's sections: the rules read it for their
 outputs and the report's categories, ``write_report_sections.py`` for the files it
 writes, and :mod:`dnnroofline.report.sections` builds one page per entry. Each has its
-caption in ``report/{name}.rst``. It imports nothing, so the Snakefile reads it cheaply.
+caption in ``report/{name}.rst``. Two pages are not in it, each written by a rule of its
+own where the study has them: the traces (``traces.enabled``) and the comparison with a
+baseline (:data:`COMPARE_SECTION`, config ``compare:``). It imports nothing, so the
+Snakefile reads it cheaply.
 """
 
 from __future__ import annotations
@@ -29,3 +32,10 @@ def section_file(name: str) -> str:
 
 
 SECTION_FILES = tuple(section_file(name) for name in SECTION_NAMES)
+
+#: The page of a study compared with a baseline (config ``compare:``): written by a rule of
+#: its own (``compare_section``), since a study without a ``compare:`` block has no such
+#: page, as the traces page is (``trace_section``); captioned by ``report/{name}.rst``.
+#: Its category ends with the baseline's label: "8. Compared with <label>".
+COMPARE_SECTION = "before_after"
+COMPARE_CATEGORY = "8. Compared with"

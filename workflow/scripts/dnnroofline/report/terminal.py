@@ -11,10 +11,12 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from dnnroofline.aggregate.compare import describe, regressions
 from dnnroofline.formatting import fmt_pct, fmt_time, isnum, sig
 from dnnroofline.measure import contention
 from dnnroofline.model.scoring import check_summary
 from dnnroofline.report import compare, data
+from dnnroofline.report.before_after import verdict_rows
 
 NOISY = " (noisy)"
 #: The model's table: step time first (the error the check scores), then images/s.
@@ -29,6 +31,19 @@ MODEL_HEADER = (
     "predicted images/s",
     "measured images/s",
     "images/s error",
+)
+#: The comparison with a baseline (results/compare.csv), slower points first.
+COMPARE_HEADER = (
+    "verdict",
+    "env",
+    "model",
+    "precision",
+    "batch",
+    "baseline images/s",
+    "images/s",
+    "change",
+    "95% interval",
+    "note",
 )
 HEADER = (
     "env",
@@ -76,7 +91,7 @@ def glance_rows(metrics: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Left-aligned columns, two spaces apart; numbers right-aligned."""
-    numeric = {"batch", "images/s", "GFLOP/s", "of roof", *MODEL_HEADER[4:]}
+    numeric = {"batch", "images/s", "GFLOP/s", "of roof", *MODEL_HEADER[4:], *COMPARE_HEADER[5:9]}
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     lines = []
     for row in (header, *rows):
@@ -93,10 +108,14 @@ def study_summary(
     points: pd.DataFrame,
     ceilings: Mapping[str, Mapping] | None = None,
     check: pd.DataFrame | None = None,
+    comparison: pd.DataFrame | None = None,
+    tolerance_pct: float | None = None,
 ) -> str:
     """The at-a-glance table, then lines on a busy machine (``ceilings``: each env's
-    ceilings.json), on the runs that failed, and the model's error per point (``check``:
-    results/prediction_check.csv, where the study has one)."""
+    ceilings.json), on the runs that failed, the model's error per point (``check``:
+    results/prediction_check.csv, where the study has one), and the comparison with a
+    baseline with the regression gate's verdict at ``tolerance_pct`` (``comparison``:
+    results/compare.csv, where the study has one)."""
     rows = glance_rows(metrics, points)
     m = data.prepare_metrics(metrics)
     failed = data.failed_runs(m)
@@ -112,7 +131,57 @@ def study_summary(
         + (" (the report's Failed runs table says why)" if len(failed) else "")
     )
     lines += model_error_lines(check)
+    lines += compare_lines(comparison, tolerance_pct)
     return "\n".join(lines)
+
+
+def compare_lines(comparison: pd.DataFrame | None, tolerance_pct: float | None) -> list[str]:
+    """The comparison with a baseline (results/compare.csv), slower points first, then
+    the regression gate's verdict line at ``tolerance_pct`` (regression_gate.py's rule)."""
+    if comparison is None:
+        return []
+    rows = verdict_rows(comparison)
+    if not rows:
+        return ["compared with the baseline: no point in common (results/compare_unmatched.csv)"]
+    table = [
+        (
+            str(r["verdict"]).upper() if r["verdict"] == "slower" else str(r["verdict"]),
+            str(r["env"]),
+            str(r["model"]),
+            str(r["precision"]),
+            str(int(r["batch"])),
+            sig(r["baseline_images_per_s"]),
+            sig(r["images_per_s"]),
+            signed_pct(r["change_pct"]),
+            f"{signed_pct(r['ci_low_pct'])} .. {signed_pct(r['ci_high_pct'])}",
+            str(r.get("note") or ""),
+        )
+        for r in rows
+    ]
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("slower", "faster", "same")}
+    lines = [
+        "compared with the baseline (results/compare.csv; the report's page says what "
+        "else changed):",
+        text_table(COMPARE_HEADER, table),
+        f"{len(rows)} point(s): {counts['slower']} slower, {counts['faster']} faster, "
+        f"{counts['same']} the same within the noise",
+    ]
+    if tolerance_pct is not None:
+        lines.append(gate_line(rows, tolerance_pct))
+    return lines
+
+
+def gate_line(rows: list[dict], tolerance_pct: float) -> str:
+    """The regression gate's verdict: pass, or fail with the regressed points."""
+    regressed = regressions(rows, tolerance_pct)
+    rule = f"slower by more than {tolerance_pct:g}% with an interval below 0"
+    if not regressed:
+        return f"regression gate (tolerance {tolerance_pct:g}%): PASS, no point {rule}"
+    named = "; ".join(describe(r) for r in regressed)
+    return (
+        f"regression gate (tolerance {tolerance_pct:g}%): FAIL, {len(regressed)} point(s) "
+        f"{rule}: {named}"
+    )
 
 
 def model_error_lines(check: pd.DataFrame | None) -> list[str]:

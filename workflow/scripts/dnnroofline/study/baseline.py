@@ -131,6 +131,55 @@ def metrics_envs(path: Path) -> set[str]:
         return {row["env"] for row in csv.DictReader(fh) if row.get("env")}
 
 
+def metrics_points(path: Path) -> set[tuple[str, str, str, int]]:
+    """The (env, model, precision, batch) points of a metrics.csv's rows."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out = set()
+    for row in rows:
+        try:
+            out.add((row["env"], row["model"], row["precision"], int(float(row["batch_size"]))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def check_common_points(
+    points: Iterable[tuple[str, str, str, int]],
+    baseline: Baseline,
+    env_map: Mapping[str, str],
+    *,
+    where: str = "compare",
+) -> None:
+    """Refuse a comparison with nothing to compare: no (env, model, precision, batch) of
+    this study's matrix (``points``) is in the baseline's metrics.csv, its envs taken
+    through ``env_map``. The message names both sides' envs and, where no env name is
+    shared and none is mapped, the ``envs`` key that maps them. A baseline without a
+    metrics.csv (runs only) is not checked here: the comparison lists its points."""
+    metrics = baseline.metrics()
+    if not metrics.is_file():
+        return
+    theirs = metrics_points(metrics)
+    ours = {(env_map.get(e, e), m, p, int(b)) for e, m, p, b in points}
+    if ours & theirs:
+        return
+    current_envs = sorted({e for e, *_ in points})
+    hint = (
+        f"; an env renamed since is mapped with {where}.envs: "
+        f"{{{current_envs[0]}: {baseline.envs[0]}}}"
+        if not env_map
+        and current_envs
+        and baseline.envs
+        and not set(current_envs) & set(baseline.envs)
+        else ""
+    )
+    raise InputError(
+        f"{where}.baseline {baseline.root}: no (env, model, precision, batch) point in common "
+        f"with this study (its envs: {', '.join(current_envs) or 'none'}; the baseline's: "
+        f"{', '.join(baseline.envs) or 'none'}){hint}"
+    )
+
+
 def _results_root(folder: Path) -> Path:
     """The results folder of a study folder: ``folder/results`` where it holds one."""
     return folder / "results" if (folder / "results").is_dir() else folder

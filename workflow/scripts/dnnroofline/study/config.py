@@ -176,6 +176,8 @@ class Study:
         self.what_ifs = what_if.check_predict(
             config.get("predict"), self._what_if_envs(), self.models, known_models
         )
+        # the earlier study this one is compared with (config compare:), None without one
+        self.baseline = self._check_compare()
 
     @classmethod
     def here(cls, config: dict, **facts: Any) -> Study:
@@ -550,6 +552,26 @@ class Study:
                 f"config envs.{env}.nproc: {nproc} processes on device cuda, but this machine "
                 f"has {self._gpu_count} GPU(s): DistributedDataParallel runs one GPU per process"
             )
+
+    def _check_compare(self) -> Any:
+        """The baseline of the ``compare:`` block (dnnroofline.study.baseline.Baseline),
+        None without one. A baseline folder that is missing or holds no study, an ``envs``
+        map naming an env that neither study has, or a baseline with no point of this
+        study's matrix, is refused (InputError naming the key and the path)."""
+        spec = self.config.get("compare")
+        if not spec:
+            return None
+        from dnnroofline.study.baseline import (
+            check_common_points,
+            check_env_map,
+            resolve_baseline,
+        )
+
+        baseline = resolve_baseline(spec, where="compare")
+        env_map = check_env_map(spec, list(self.envs), baseline)
+        points = {(r.env, r.model, r.precision, r.batch) for r in self.configs()}
+        check_common_points(points, baseline, env_map)
+        return baseline
 
     def _check_unambiguous(self) -> None:
         """Every run id and complexity key must parse back one way only."""
