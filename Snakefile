@@ -76,7 +76,7 @@ localrules:
 rule all:
     default_target: True
     input:
-        all_targets() + ncu_targets() + perf_files() + trace_targets(),
+        TARGETS.all_targets(),
 
 
 # `snakemake measure`: the measurements alone (no complexity, analysis, plots or report),
@@ -84,4 +84,4 @@ rule all:
 # is read there as it is (make gpu-wheels PART=measure: the packages this needs).
 rule measure:
     input:
-        measure_targets(),
+        TARGETS.measure_targets(),

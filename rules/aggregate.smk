@@ -10,7 +10,7 @@ rule study_matrix:
     conda:
         "../envs/analysis.yaml"
     params:
-        config=resolved_config(),
+        config=jobs.resolved_config(STUDY),
         runs=[{**r.record(), "measured_here": r.env in MEASURED} for r in STUDY.runs()],
     script:
         "../workflow/scripts/write_study_matrix.py"
@@ -18,7 +18,7 @@ rule study_matrix:
 
 rule metrics:
     input:
-        runs=run_files(),
+        runs=TARGETS.run_files(),
     output:
         "results/metrics.csv",
     log:
@@ -34,12 +34,12 @@ rule metrics:
 rule roofline_points:
     input:
         metrics="results/metrics.csv",
-        complexity=complexity_files(),
-        ceilings=ceilings_files(),
-        ncu=ncu_files(),
-        perf=perf_files(),
+        complexity=TARGETS.complexity_files(),
+        ceilings=TARGETS.ceilings_files(),
+        ncu=TARGETS.ncu_files(),
+        perf=TARGETS.perf_files(),
         # the kernel-busy share (host-bound steps) comes from a point's trace first
-        traces=trace_tables(),
+        traces=TARGETS.trace_tables(),
     output:
         "results/roofline_points.csv",
     log:

@@ -10,11 +10,11 @@ rule compare:
         # regression: (the gate's tolerance)
         config="results/study_config.json",
         metrics="results/metrics.csv",
-        runs=run_files(),
-        env_info=env_info_files(),
-        ceilings=ceilings_files(),
-        traces=trace_tables(),
-        ncu=ncu_files(),
+        runs=TARGETS.run_files(),
+        env_info=TARGETS.env_info_files(),
+        ceilings=TARGETS.ceilings_files(),
+        traces=TARGETS.trace_tables(),
+        ncu=TARGETS.ncu_files(),
         baseline=baseline_files,
     output:
         **COMPARE_FILES,
@@ -42,7 +42,7 @@ rule plot_compare_roofline:
         compare=COMPARE_FILES["compare"],
         config="results/study_config.json",
         points="results/roofline_points.csv",
-        ceilings=ceilings_files(),
+        ceilings=TARGETS.ceilings_files(),
         baseline_points=baseline_points,
     output:
         png=report(
@@ -59,7 +59,7 @@ rule plot_compare_roofline:
     params:
         script=entry_script("plot_compare_roofline.py"),
         label=baseline_label,
-        baseline_points=baseline_points_flag,
+        baseline_points=optional_files_flag("baseline_points"),
     shell:
         logged(
             "python {params.script} --compare {input.compare} --config {input.config} "

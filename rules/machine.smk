@@ -13,7 +13,7 @@ rule env_info:
     conda:
         "../envs/machine.yaml"
     resources:
-        **on_env_nodes(exclusive=False),
+        **slurm.env_resources(config, exclusive=False),
     params:
         script=entry_script("env_info.py"),
         declared=env_declared_flags,
@@ -36,7 +36,7 @@ rule ceilings:
         "../envs/machine.yaml"
     threads: env_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
         script=entry_script("ceilings.py"),
@@ -72,7 +72,7 @@ rule efficiency:
         "../envs/machine.yaml"
     threads: env_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
         script=entry_script("efficiency.py"),

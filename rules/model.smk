@@ -7,11 +7,11 @@ rule predictions:
         # the resolved config holds the what-ifs (predict:), the matrix the study's points
         config="results/study_config.json",
         matrix="results/study_matrix.json",
-        inventories=inventory_files(),
-        complexity=predicted_complexity_files(),
-        ceilings=ceilings_files(),
-        efficiency=efficiency_files(),
-        env_info=env_info_files(),
+        inventories=TARGETS.inventory_files(),
+        complexity=TARGETS.predicted_complexity_files(),
+        ceilings=TARGETS.ceilings_files(),
+        efficiency=TARGETS.efficiency_files(),
+        env_info=TARGETS.env_info_files(),
     output:
         "results/predictions.csv",
     log:
@@ -35,9 +35,9 @@ rule prediction_check:
         predictions="results/predictions.csv",
         metrics="results/metrics.csv",
         # the baselines' inputs: whole-step FLOPs and bytes, per-op counts, the roofs
-        inventories=inventory_files(),
-        complexity=predicted_complexity_files(),
-        ceilings=ceilings_files(),
+        inventories=TARGETS.inventory_files(),
+        complexity=TARGETS.predicted_complexity_files(),
+        ceilings=TARGETS.ceilings_files(),
     output:
         "results/prediction_check.csv",
     log:

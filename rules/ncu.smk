@@ -20,13 +20,13 @@ rule ncu_selftest:
     conda:
         "../envs/profile.yaml"
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
         script=entry_script("ncu_selftest.py"),
         ncu=config["ncu"]["executable"],
         precisions=env_precisions,
-        timeout=ncu_timeout_flag(),
+        timeout=jobs.ncu_timeout_flag(config),
     shell:
         logged(
             "python {params.script} --ncu {params.ncu} --env {wildcards.menv} --env-info {input} "
@@ -54,17 +54,17 @@ rule ncu:
         "../envs/profile.yaml"
     threads: job_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
-        run_id=driver_run_id("ncu"),
+        run_id=jobs.driver_run_id("ncu"),
         script=entry_script("profile_ncu.py"),
         driver=entry_script("run_train.py"),
         args=run_args,
         ncu=config["ncu"]["executable"],
         warmup=config["ncu"]["warmup_iters"],
         declared_threads=env_threads,
-        timeout=ncu_timeout_flag(),
+        timeout=jobs.ncu_timeout_flag(config),
     shell:
         logged(
             "python {params.script} --ncu {params.ncu} --env-info {input.info} {params.timeout} "
@@ -154,10 +154,10 @@ rule plot_hierarchical_roofline:
 
 rule ncu_vs_analytic:
     input:
-        ncu=ncu_files(),
-        complexity=complexity_files(),
-        selftest=selftest_files(),
-        ceilings=ceilings_files(),
+        ncu=TARGETS.ncu_files(),
+        complexity=TARGETS.complexity_files(),
+        selftest=TARGETS.selftest_files(),
+        ceilings=TARGETS.ceilings_files(),
     output:
         report(
             "results/report_sections/ncu_vs_analytic.html",

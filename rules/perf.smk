@@ -19,10 +19,10 @@ rule perf:
         "../envs/profile.yaml"
     threads: job_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
-        run_id=driver_run_id("perf"),
+        run_id=jobs.driver_run_id("perf"),
         script=entry_script("profile_perf.py"),
         driver=entry_script("run_train.py"),
         args=run_args,

@@ -30,7 +30,7 @@ rule plot_roofline_env:
 rule plot_roofline_all:
     input:
         points="results/roofline_points.csv",
-        ceilings=ceilings_files(),
+        ceilings=TARGETS.ceilings_files(),
     output:
         png=report(
             "results/plots/roofline_all.png",
@@ -107,8 +107,8 @@ rule plot_interactive_env:
 rule plot_interactive_all:
     input:
         points="results/roofline_points.csv",
-        ceilings=ceilings_files(),
-        ncu=ncu_files(),
+        ceilings=TARGETS.ceilings_files(),
+        ncu=TARGETS.ncu_files(),
     output:
         report(
             "results/plots/roofline_all.html",

@@ -17,15 +17,15 @@ rule trace:
     benchmark:
         measured_path("benchmarks/traces", ".tsv")
     wildcard_constraints:
-        menv=alternation(single_process_envs()),
+        menv=alternation(TARGETS.single_process_envs()),
     conda:
         "../envs/train.yaml"
     threads: job_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
-        run_id=driver_run_id("trace"),
+        run_id=jobs.driver_run_id("trace"),
         script=entry_script("trace_step.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],
@@ -52,14 +52,14 @@ use rule trace as trace_data_parallel with:
         table=measured_path("traces", ".ops.json"),
         csv=measured_path("traces", ".ops.csv"),
     wildcard_constraints:
-        menv=alternation(data_parallel_envs()),
+        menv=alternation(TARGETS.data_parallel_envs()),
 
 
 # The traces' report page: per config the top-operators (and kernels) table, the
 # traced steps against the timed runs' median, and a link to the trace file.
 rule trace_section:
     input:
-        tables=trace_tables(),
+        tables=TARGETS.trace_tables(),
         metrics="results/metrics.csv",
     output:
         report(

@@ -20,10 +20,10 @@ rule train:
         "../envs/train.yaml"
     threads: job_threads
     resources:
-        **on_env_nodes(exclusive=True),
+        **slurm.env_resources(config, exclusive=True),
         measurement=1,
     params:
-        run_id=driver_run_id("run"),
+        run_id=jobs.driver_run_id("run"),
         script=entry_script("run_train.py"),
         args=run_args,
         warmup=config["study"]["warmup_iters"],

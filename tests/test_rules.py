@@ -1,8 +1,9 @@
 """The rules as the Snakemake workflow catalog would have them, read from the files.
 
 Schema defaults stated only in the schema, one way to run an entry script with its log,
-the helpers in common.smk alone, no Snakemake internals, a benchmark: on every measuring
-job, and a config/README.md and .snakemake-workflow-catalog.yml that match the workflow.
+the helpers in common.smk alone and that file only glue (its logic in dnnroofline.study),
+no Snakemake internals, a benchmark: on every measuring job, and a config/README.md and
+.snakemake-workflow-catalog.yml that match the workflow.
 """
 
 import re
@@ -84,6 +85,19 @@ def test_helpers_live_in_common_smk_and_the_rule_files_include_nothing():
     assert sorted(includes) == sorted(p.name for p in RULE_FILES)
 
 
+def test_common_smk_is_glue_and_its_logic_lives_in_the_package():
+    """The targets, result paths, copied results, Slurm checks and job flags are in
+    dnnroofline.study (unit-tested without Snakemake); common.smk only wraps them."""
+    common = (ROOT / "rules" / "common.smk").read_text()
+    assert len(common.splitlines()) <= 250
+    # no file-system probe, subprocess or path spelled here: the package does them
+    for probe in ("glob", "import subprocess", "os.path.exists", "os.path.isdir", "open(", "json."):
+        assert probe not in common, f"common.smk uses {probe}"
+    assert not re.search(r"\bdef run_path\b", common)  # one run_path: study/identity.py
+    spelled = re.findall(r'f"results/\{', common)
+    assert not spelled, f"common.smk spells result paths {spelled}: use dnnroofline.study"
+
+
 def test_no_snakemake_internals_beyond_the_one_documented_use():
     for path in [*RULE_FILES, ROOT / "Snakefile"]:
         text = path.read_text()
@@ -96,15 +110,17 @@ def test_no_snakemake_internals_beyond_the_one_documented_use():
 
 
 def test_the_rules_holding_env_threads_are_those_the_cores_check_knows():
-    common = (ROOT / "rules" / "common.smk").read_text()
-    known = set(re.findall(r'"(\w+)"', re.search(r"HOLD_ENV_THREADS = \{([^}]*)\}", common)[1]))
+    from dnnroofline.study.jobs import HOLD_ENV_THREADS
+
     holding = {rule for _, rule, body in rule_blocks()
                if re.search(r"threads: (env_threads|job_threads)", body)}  # fmt: skip
     for smk in RULE_FILES:  # use rule X as Y inherits X's threads
         for base, name in re.findall(r"^use rule (\w+) as (\w+)", smk.read_text(), re.M):
             if base in holding:
                 holding.add(name)
-    assert known == holding
+    assert holding == HOLD_ENV_THREADS
+    common = (ROOT / "rules" / "common.smk").read_text()
+    assert "jobs.HOLD_ENV_THREADS" in common  # the cores check reads that set
 
 
 def test_config_readme_describes_every_key_of_the_schema():

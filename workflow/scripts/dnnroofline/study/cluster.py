@@ -1,17 +1,20 @@
 """Where each env's jobs run on a Slurm cluster: the env's ``slurm`` block, checked
 against the partitions ``sinfo`` lists, turned into the Slurm executor plugin's resources.
 
-Pure logic: the workflow runs ``sinfo`` and passes its text in (rules/common.smk), with
-the sbatch options the executor plugin manages itself (its forbidden ``slurm_extra``).
-Every check here runs before any job is submitted.
+The checks are pure functions of ``sinfo``'s text and of the sbatch options the executor
+plugin manages itself (its forbidden ``slurm_extra``); :func:`cluster_cpus`, which the
+workflow calls when it is parsed, runs ``sinfo`` only on a Slurm run (config ``cluster:
+slurm``). Every check here runs before any job is submitted.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.study.config import suggest
@@ -228,6 +231,75 @@ def job_resources(slurm: Mapping | None, measurement: bool) -> dict[str, str | N
         "constraint": slurm.get("constraint") or None,
         "slurm_extra": extra or None,
     }
+
+
+def run_sinfo(timeout_s: float = 60) -> str:
+    """``sinfo -h -N -o SINFO_FORMAT``'s output on this host (InputError: no sinfo, or it
+    failed: the study runs on the cluster from one of its hosts)."""
+    cmd = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise InputError(
+            "config cluster: slurm, but this host has no sinfo: run the study from a "
+            "host of the Slurm cluster (a login node)"
+        ) from None
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+        detail = (getattr(err, "stderr", None) or str(err)).strip()
+        raise InputError(f"config cluster: slurm, but sinfo failed: {detail}") from None
+    return out.stdout
+
+
+def executor_forbidden_options() -> Mapping[str, str]:
+    """The sbatch options the executor plugin sets itself (refused in ``slurm.extra``)."""
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:
+        raise InputError(
+            "config cluster: slurm needs Snakemake's Slurm executor plugin: "
+            "pip install snakemake-executor-plugin-slurm"
+        ) from None
+    return get_forbidden_slurm_options()
+
+
+def cluster_cpus(
+    config: Mapping,
+    sinfo: Callable[[], str] = run_sinfo,
+    forbidden: Callable[[], Mapping[str, str]] = executor_forbidden_options,
+) -> dict[str, int | None] | None:
+    """The CPUs of each slurm env's nodes (:func:`node_cpus`) after its slurm block is
+    checked against this cluster; None off Slurm, where nothing is run (no ``sinfo``).
+
+    InputError names the problem: no sinfo, no executor plugin, or ("Invalid config: ...")
+    a slurm block the cluster would refuse.
+    """
+    if not is_slurm(config):
+        return None
+    partitions = parse_sinfo(sinfo())
+    managed = forbidden()
+    try:
+        check_envs(config, partitions, managed)
+    except InputError as err:
+        raise InputError(f"Invalid config: {err}") from None
+    return node_cpus(config, partitions)
+
+
+def env_resources(config: Mapping, exclusive: bool) -> dict[str, Callable[[Any], str | None]]:
+    """A rule's resources on a Slurm run: per resource, a function of the job's wildcards
+    giving the value for its env ``{menv}`` (:func:`job_resources`); an exclusive job (a
+    measurement) holds its node alone. Empty off Slurm, where every job runs here."""
+    if not is_slurm(config):
+        return {}
+
+    def resource(key: str) -> Callable[[Any], str | None]:
+        def value(wildcards: Any) -> str | None:
+            block = config["envs"][wildcards.menv].get("slurm")
+            return job_resources(block, exclusive)[key]
+
+        value.__name__ = key
+        return value
+
+    return {key: resource(key) for key in ("slurm_partition", "gres", "constraint", "slurm_extra")}
 
 
 # `sacct -X -n -P -o SACCT_FORMAT` (with SLURM_TIME_FORMAT=%s): one line per job.

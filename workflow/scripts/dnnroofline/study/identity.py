@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from dnnroofline.errors import InputError
 
-# The config key as a pattern: rules/common.smk writes its wildcard paths with the same
+# The config key as a pattern: the rules write their wildcard paths with the same
 # placeholders, and config_key() formats it.
 CONFIG_KEY_PATTERN = "{env}_{model}_{precision}_bs{batch}"
 
@@ -36,22 +36,42 @@ def run_id(env: str, model: str, precision: str, batch: int, run: int) -> str:
     return f"{config_key(env, model, precision, batch)}_run{int(run)}"
 
 
+# The result paths. Each takes wildcard placeholders too ("{menv}", "{model}"), so that
+# the rules' patterns and the target lists (dnnroofline.study.targets) share one spelling;
+# complexity_path and ncu_path format a batch as an int, so they take real values only.
+def env_file(env: str, name: str) -> str:
+    """``results/{env}/{name}``: a file of one env's results (``env_info.json``,
+    ``ncu/selftest.json``, ``benchmarks/ceilings.tsv``)."""
+    return f"results/{env}/{name}"
+
+
+def config_file(env: str, folder: str, stem: str, suffix: str) -> str:
+    """``results/{env}/{folder}/{stem}{suffix}``: a config's or a run's file, ``stem``
+    being its config key or run id (``folder`` ``ncu``, ``benchmarks/traces`` ...)."""
+    return env_file(env, f"{folder}/{stem}{suffix}")
+
+
 def complexity_path(model: str, batch: int) -> str:
     return f"results/complexity/{model}_bs{int(batch)}.json"
 
 
+def inventory_path(model: str, precision: str, batch: int | str, step: str) -> str:
+    """The op inventory of (model, precision, batch) in one step variant."""
+    return f"results/complexity/{model}_{precision}_bs{batch}_{step}_ops.json"
+
+
 def ceilings_path(env: str) -> str:
-    return f"results/{env}/ceilings.json"
+    return env_file(env, "ceilings.json")
 
 
 def run_path(env: str, run_id: str) -> str:
     """A run's JSON, from its run id."""
-    return f"results/{env}/runs/{run_id}.json"
+    return config_file(env, "runs", run_id, ".json")
 
 
 def ncu_path(env: str, model: str, precision: str, batch: int) -> str:
     """A config's parsed ncu JSON."""
-    return f"results/{env}/ncu/{config_key(env, model, precision, batch)}.json"
+    return config_file(env, "ncu", config_key(env, model, precision, batch), ".json")
 
 
 def _record_identity(record: object) -> Identity | None:
