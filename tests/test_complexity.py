@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dnnroofline.errors import InputError
 from dnnroofline.model import complexity as cx
-from dnnroofline.model.flop_count import count_forward
+from dnnroofline.model.flop_count import trace_forward
 from dnnroofline.model.op_recorder import StepSpec, record_call, record_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,7 +271,7 @@ def test_scaling_with_batch_matches_a_real_trace():
     model = torchvision.models.resnet18(weights=None)
     result = cx.complexity_of_model(model, batch_size=4, image_size=32, arch="resnet18")
     assert result["probe_batch"] == 2  # 1x1 maps in layer4: train-mode BN needs 2
-    direct = count_forward(model.train(), torch.randn(4, 3, 32, 32))
+    direct = trace_forward(model.train(), (torch.randn(4, 3, 32, 32),))
     assert result["flops"]["reference"]["fvcore_forward"] == direct.forward
     saved = cx.measure_saved_tensors(model, torch.randn(4, 3, 32, 32))
     assert result["bytes"]["activations"] == saved.total_bytes
@@ -320,7 +320,7 @@ def test_the_recorder_s_forward_agrees_with_fvcore(arch):
     assert "fvcore" in ref["method"]
     assert flops["forward"] == pytest.approx(ref["fvcore_forward"], rel=REFERENCE_TOLERANCE)
     if not vit:  # the CNNs: the same count layer by layer (fvcore at the batch itself)
-        fvcore = count_forward(model.train(), torch.randn(4, 3, image, image))
+        fvcore = trace_forward(model.train(), (torch.randn(4, 3, image, image),))
         ours = {k: v["forward"] for k, v in flops["by_layer_type"].items() if v["forward"]}
         assert ours == fvcore.by_layer_type
 

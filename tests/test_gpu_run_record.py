@@ -214,7 +214,7 @@ def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
 def test_report_flags_throttled_runs_and_shows_both_flop_rates():
     import pandas as pd
 
-    from dnnroofline.report.measurement import gpu_clocks_html
+    from dnnroofline.report.measurement import measurement_section
     from dnnroofline.report.roofline import roofline_section
 
     capped = summarize(
@@ -230,12 +230,14 @@ def test_report_flags_throttled_runs_and_shows_both_flop_rates():
                                                                   "reason": "NVML: no GPU"}},
         {"run_id": "local_resnet18_fp32_bs8_run1", "gpu_telemetry": None},
     ]  # fmt: skip
-    html = gpu_clocks_html(runs)
+    page = measurement_section({}, None, None, runs)
+    html = page[page.index("<h2>GPU clocks while timing") : page.index("<h2>Step-time")]
     assert "1 throttled run(s): gpu_resnet50_amp_bs64_run1." in html
     assert "THROTTLED (sw_power_cap, 100.0% of samples)" in html
     assert "1,755 / 1980" in html and "not throttled" in html and "NVML: no GPU" in html
     assert "local_resnet18" not in html
-    assert gpu_clocks_html([{"run_id": "x"}]) == ""
+    # no sampled CUDA run: the page has no clocks table at all
+    assert "GPU clocks" not in measurement_section({}, None, None, [{"run_id": "x"}])
     points = pd.DataFrame(
         [
             {

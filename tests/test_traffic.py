@@ -170,6 +170,19 @@ def test_complexity_json_carries_the_traffic_table(resnet18_cifar):
     assert c["by_precision"]["bf16"]["traffic_bytes_per_step"] < model
 
 
+def forward_ai_range(complexity: dict) -> tuple[float, float]:
+    """``(ai_low, ai_high)`` of the forward pass alone (fp32), as a forward-only capture
+    is read: at least the weights read once (4P), the image batch read once and the
+    activations saved for backward written once; at most the model's forward phase."""
+    flop = float(complexity["flops"]["forward"])
+    b = complexity["bytes"]
+    low_bytes = float(b["params"] + b["input"] + b["activations"])
+    table = traffic.check_table(complexity["traffic"]["table"], "complexity traffic.table")
+    high_bytes = float(traffic.layer_bytes(table, phases=("forward",)))
+    lo, hi, _ = traffic.ai_range(flop, low_bytes, high_bytes)
+    return lo, hi
+
+
 def test_ncu_fixture_ai_against_the_forward_range(resnet18_cifar):
     """The real nnperf L4 capture (forward only: it missed backward) against the model.
 
@@ -181,7 +194,7 @@ def test_ncu_fixture_ai_against_the_forward_range(resnet18_cifar):
     t = parse_ncu_csv(NCU / "nnperf_resnet18_cifar10_bs64_L4_details_scaled.csv")["totals"]
     ai_ncu = t["flop"]["total"] / t["bytes"]["dram"]
     assert ai_ncu == pytest.approx(6.9419, rel=1e-4)
-    lo, hi = traffic.forward_ai_range(resnet18_cifar)
+    lo, hi = forward_ai_range(resnet18_cifar)
     assert lo < hi
     assert traffic.position(ai_ncu, lo, hi) == "below"
     assert 3 < lo / ai_ncu < 8  # ncu moved 3-8x the no-cache model's forward bytes

@@ -100,24 +100,6 @@ def conda_pins(spec: Mapping, where: str) -> dict[str, str | None]:
     return out
 
 
-def env_file_disagreements(spec: Mapping, pins: Mapping[str, str], where: str) -> list[str]:
-    """How a conda env file disagrees with the lock: a locked package left unpinned or
-    pinned to another version (python is the lock's :data:`LOCK_PYTHON`). Empty: it agrees."""
-    problems = []
-    for name, version in conda_pins(spec, where).items():
-        conda = CONDA_NAMES.get(name, name)
-        if name == "python":
-            if version != LOCK_PYTHON:
-                problems.append(f"{where}: python={version} but the lock is for {LOCK_PYTHON}")
-        elif name not in pins:
-            problems.append(f"{where}: {conda} is not in the lock")
-        elif version is None:
-            problems.append(f"{where}: {conda} is not pinned (the lock has =={pins[name]})")
-        elif version != pins[name]:
-            problems.append(f"{where}: {conda}=={version} but the lock has =={pins[name]}")
-    return problems
-
-
 def machine_versions(env_info: Mapping) -> tuple[dict[str, str], bool]:
     """``({canonical name: version}, complete)`` recorded by one env's env_info.json.
 

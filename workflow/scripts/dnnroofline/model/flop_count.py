@@ -317,11 +317,5 @@ def trace_forward(
     return FlopCount(by_layer_type=by_type, uncounted_ops=dict(sorted(unsupported.items())))
 
 
-def count_forward(model: nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor]) -> FlopCount:
-    """fvcore's forward FLOPs of ``model(*inputs)`` by layer type, in its current mode
-    (buffers and mode restored afterwards)."""
-    return trace_forward(model, as_args(inputs))
-
-
 def as_args(inputs: torch.Tensor | Sequence[torch.Tensor]) -> tuple:
     return (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)

@@ -24,9 +24,6 @@ OP_CLASSES: tuple[str, ...] = (
     "copy",  # dtype casts, layout changes, clones, fills
 )
 
-#: Classes whose time is set by their FLOPs at their size (the rest by their bytes).
-COMPUTE_CLASSES: frozenset[str] = frozenset({"gemm", "conv", "conv_depthwise"})
-
 #: Phases of a training step, in step order.
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 

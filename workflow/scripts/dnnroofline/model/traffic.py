@@ -263,19 +263,3 @@ def position(ai: float, ai_low: float, ai_high: float) -> str:
     if ai > ai_high:
         return "above"
     return "inside"
-
-
-def forward_ai_range(complexity: Mapping) -> tuple[float, float]:
-    """``(ai_low, ai_high)`` of the *forward pass alone* (fp32), for forward-only captures.
-
-    Minimum forward traffic: weights read once (4P), the image batch read once (I) and
-    the activations saved for backward written once (A); upper estimate: the model's
-    forward phase.
-    """
-    flop = float(complexity["flops"]["forward"])
-    b = complexity["bytes"]
-    low_bytes = float(b["params"] + b["input"] + b["activations"])
-    table = check_table((complexity.get("traffic") or {}).get("table"), "complexity traffic.table")
-    high_bytes = float(layer_bytes(table, phases=("forward",)))
-    lo, hi, _ = ai_range(flop, low_bytes, high_bytes)
-    return lo, hi

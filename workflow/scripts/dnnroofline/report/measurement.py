@@ -8,11 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from markupsafe import Markup
 
 from dnnroofline.formatting import isnum
 from dnnroofline.report import data
-from dnnroofline.report.render import fragment, section
+from dnnroofline.report.render import section
 
 
 def facts(
@@ -82,11 +81,6 @@ def gpu_clocks(runs: Sequence[Mapping] | None) -> list[dict]:
             }
         )
     return out
-
-
-def gpu_clocks_html(runs: Sequence[Mapping] | None) -> Markup:
-    """GPU clocks, power and temperature of each sampled CUDA run; throttled runs flagged."""
-    return fragment("parts/gpu_clocks.html", clocks=gpu_clocks(runs))
 
 
 def box(values: Sequence[float], lo: float, hi: float, w: int = 180, h: int = 16) -> dict | None:
