@@ -29,7 +29,7 @@ from dnnroofline.aggregate.model_files import (
 from dnnroofline.errors import InputError
 from dnnroofline.model import loo, scoring
 from dnnroofline.model import predict as pr
-from dnnroofline.model.roofline import parse_roofs, precision_aliases
+from dnnroofline.model.roofline import parse_roofs, select_roof
 from dnnroofline.ncu.kernel_classes import totals_by_kernel_class
 
 CHECK_COLUMNS = [
@@ -83,17 +83,13 @@ class NoRoof(InputError):
 
 
 def roof_of(ceilings: Mapping, kind: str, source: str, precision: str | None, where: str) -> float:
-    """The highest roof of ``kind`` and ``source`` (for ``precision``, compute roofs)."""
-    names = precision_aliases(precision) if kind == "compute" else None
-    values = [
-        r.value
-        for r in parse_roofs(dict(ceilings), where)
-        if r.kind == kind and r.source == source and (names is None or r.precision in names)
-    ]
-    if not values:
+    """The roof of ``kind`` from ``source`` alone (for ``precision``, compute roofs), as
+    :func:`dnnroofline.model.roofline.select_roof` picks it."""
+    roof = select_roof(parse_roofs(dict(ceilings), where), kind, precision, sources=(source,))
+    if roof is None:
         what = f"{kind} roof" + (f" for {precision}" if precision else "")
         raise NoRoof(f"{where}: no {source} {what}")
-    return max(values)
+    return roof.value
 
 
 def baseline_step_s(

@@ -25,9 +25,8 @@ from dnnroofline.errors import InputError
 from dnnroofline.model import efficiency_tables as et
 from dnnroofline.model import predict as pr
 from dnnroofline.model.op_classes import step_variant
-from dnnroofline.model.roofline import parse_roofs, precision_aliases
+from dnnroofline.model.roofline import parse_roofs, roof_precisions
 from dnnroofline.study import datasheet
-from dnnroofline.study.precisions import PRECISIONS
 from dnnroofline.study.what_if import StudyEnv, WhatIf, check_predict
 
 PREDICTION_COLUMNS = [
@@ -141,12 +140,10 @@ def study_env_of(files: EnvFiles) -> StudyEnv:
     device = str(files.ceilings.get("device") or (files.env_info or {}).get("device") or "")
     row = datasheet_row_of(files) if device == "cuda" else None
     where = files.where or f"ceilings of env {files.env}"
-    roofs = parse_roofs(dict(files.ceilings), where)
-    have = {r.precision for r in roofs if r.kind == "compute"}
     return StudyEnv(
         device=device,
         architecture=row.architecture if row else None,
-        roof_precisions=tuple(p for p in PRECISIONS if set(precision_aliases(p)) & have),
+        roof_precisions=roof_precisions(parse_roofs(dict(files.ceilings), where)),
     )
 
 

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from dnnroofline.errors import InputError
 from dnnroofline.model import shape_fit
 from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS
-from dnnroofline.model.roofline import ideal_seconds, parse_roofs, select_roof
-from dnnroofline.study.precisions import PRECISIONS, operand_bytes, roof_names
+from dnnroofline.model.roofline import ideal_seconds, parse_roofs, roof_precisions, select_roof
+from dnnroofline.study.precisions import operand_bytes, roof_names
 
 SCHEMA_VERSION = 2
 #: The ceilings' candidates record no bytes: they are derived from shapes, at the
@@ -56,8 +56,9 @@ STREAM_TABLES = {
 def roofs_from_ceilings(
     ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
 ) -> tuple[dict, list[str]]:
-    """The roofs efficiencies are shares of: per precision the measured compute roof
-    (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
+    """The roofs efficiencies are shares of, as every stage picks them
+    (:func:`dnnroofline.model.roofline.select_roof`): per precision the measured compute
+    roof (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
 
     ``precisions``: those wanted (None: every precision with a compute roof). A wanted
     precision without any compute roof, or a file without a memory roof, is refused.
@@ -65,7 +66,7 @@ def roofs_from_ceilings(
     roofs = parse_roofs(dict(ceilings), where)
     notes: list[str] = []
     if precisions is None:
-        precisions = [p for p in PRECISIONS if select_roof(roofs, "compute", p) is not None]
+        precisions = roof_precisions(roofs)
     compute = {}
     for p in precisions:
         roof = select_roof(roofs, "compute", p)

@@ -22,7 +22,7 @@ from typing import Protocol
 from dnnroofline.errors import InputError
 from dnnroofline.model.op_classes import OP_CLASSES, table_key
 from dnnroofline.model.replay import Issue, replay
-from dnnroofline.model.roofline import bound_with_busy_share, check_positive
+from dnnroofline.model.roofline import bound_with_busy_share, check_positive, compute_peak
 from dnnroofline.study.precisions import roof_names
 
 #: Nominal level of the prediction interval: the 10th to the 90th percentile.
@@ -122,7 +122,7 @@ class Machine:
     source: str = ""
 
     def compute_roof(self, precision: str) -> float:
-        roof = next((self.compute[n] for n in roof_names(precision) if n in self.compute), None)
+        roof = compute_peak(self.compute, precision)
         if roof is None:
             raise InputError(
                 f"{self.source or 'efficiency tables'}: no measured compute roof for "

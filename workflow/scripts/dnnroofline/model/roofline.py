@@ -25,6 +25,22 @@ bytes/s). A compute roof for precision ``amp`` may also be given as ``fp16``
 silently measured against an fp32 peak. When several roofs of one kind and
 precision exist, ``measured`` is preferred over ``datasheet``; among several
 of the same source the highest value is taken (the best demonstrated ceiling).
+
+The roof policy: :func:`select_roof` is the one rule by which a point, an op or a
+kernel gets its roof, and every stage goes through it (the points, the plots, the
+model's tables and predictions, the prediction check's baselines, the above-roof
+check of ncu's kernels, the gpu-check summary and the report):
+
+- compute roof of a precision: an entry named by the precision or its compute dtype
+  (:func:`dnnroofline.study.precisions.roof_names`: amp's may be called fp16), never
+  another precision's;
+- source: the first of ``sources`` that has one (default measured, then datasheet); a
+  caller that asks one question of one source (the above-roof check: measured only; a
+  baseline of the check: datasheet only) passes that source alone, and gets None, never
+  the other source's roof;
+- memory roof: every memory entry is DRAM; the highest of the source wins, whatever
+  benchmark set it (STREAM triad, scale, copy or the device-to-device copy);
+- none: None, and the caller refuses (names the file and the precision) or says so.
 """
 
 from __future__ import annotations
@@ -34,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dnnroofline.errors import InputError
-from dnnroofline.study.precisions import roof_names
+from dnnroofline.study.precisions import PRECISIONS, roof_names
 
 #: Relative tolerance for :func:`is_above_roof`: floating-point round-off only.
 ABOVE_ROOF_RTOL = 1e-9
@@ -189,6 +205,7 @@ class Roof:
     source: str  # "measured" | "datasheet"
     value: float  # FLOP/s (compute) or bytes/s (memory)
     note: str  # method (measured) or citation (datasheet), "" if absent
+    set_by: str | None = None  # a measured roof's winning benchmark, where the file says
 
 
 def parse_roofs(ceilings: dict, where: str = "ceilings") -> list[Roof]:
@@ -218,7 +235,8 @@ def parse_roofs(ceilings: dict, where: str = "ceilings") -> list[Roof]:
             precision = None
         value = check_positive(f"{at}.value ({kind} roof)", entry.get("value"))
         note = entry.get("method") or entry.get("citation") or ""
-        out.append(Roof(kind, precision, source, value, str(note)))
+        set_by = entry.get("set_by")
+        out.append(Roof(kind, precision, source, value, str(note), set_by and str(set_by)))
     return out
 
 
@@ -227,8 +245,14 @@ def precision_aliases(precision: str) -> tuple[str, ...]:
     return roof_names(precision)
 
 
-def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> Roof | None:
-    """Best roof of ``kind`` (and ``precision`` for compute): measured first, then datasheet.
+def select_roof(
+    roofs: Iterable[Roof],
+    kind: str,
+    precision: str | None = None,
+    sources: Sequence[str] = ROOF_SOURCES,
+) -> Roof | None:
+    """The roof of ``kind`` (and ``precision`` for compute) that the pipeline uses: from the
+    first of ``sources`` (in order of preference) that has one, the highest.
 
     Returns None when there is none; callers must refuse rather than guess.
     """
@@ -236,8 +260,12 @@ def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> R
         raise InputError(f"roof kind must be one of {ROOF_KINDS}, got {kind!r}")
     if kind == "compute" and not precision:
         raise InputError("a compute roof is selected by precision; none was given")
+    unknown = [s for s in sources if s not in ROOF_SOURCES]
+    if unknown or not sources:
+        raise InputError(f"roof sources must be among {ROOF_SOURCES}, got {tuple(sources)!r}")
     names = precision_aliases(precision) if kind == "compute" else None
-    for source in ROOF_SOURCES:
+    roofs = list(roofs)
+    for source in sources:
         cands = [
             r
             for r in roofs
@@ -246,6 +274,37 @@ def select_roof(roofs: list[Roof], kind: str, precision: str | None = None) -> R
         if cands:
             return max(cands, key=lambda r: r.value)
     return None
+
+
+def roof_precisions(roofs: Iterable[Roof]) -> tuple[str, ...]:
+    """The study's precisions that have a compute roof (of any source), in its order."""
+    roofs = list(roofs)
+    return tuple(p for p in PRECISIONS if select_roof(roofs, "compute", p) is not None)
+
+
+def compute_peak(peaks: Mapping[str, float], precision: str) -> float | None:
+    """A precision's roof in a ``{precision name: FLOP/s}`` map of roofs already selected
+    (an efficiency document's ``roofs.compute``): the highest of its names, else None."""
+    values = [peaks[n] for n in precision_aliases(precision) if n in peaks]
+    return max(values) if values else None
+
+
+#: A roof this much above the current one counts as higher (a few % is noise).
+HIGHER_ROOF_MARGIN = 1.05
+
+
+def higher_compute_roofs(roofs: Iterable[Roof], precision: str) -> list[tuple[str, Roof]]:
+    """(precision, its roof) of the study's other precisions whose compute roof is above
+    ``precision``'s (by :data:`HIGHER_ROOF_MARGIN`; all of them where it has none): where a
+    compute-bound point could move."""
+    roofs = list(roofs)
+    current = select_roof(roofs, "compute", precision)
+    out = []
+    for p in PRECISIONS:
+        r = select_roof(roofs, "compute", p) if p != precision else None
+        if r and (current is None or r.value > current.value * HIGHER_ROOF_MARGIN):
+            out.append((p, r))
+    return out
 
 
 # --------------------------------------------------------------------------- roofs to draw

@@ -6,7 +6,9 @@ machine's peak (one GEMM shape, one library, a clock that dropped), so the roof 
 too low. Each kernel is held to the measured roof of its FLOP class: tensor-core
 kernels to the run's tensor precision (tf32 for an fp32 run, as
 :func:`dnnroofline.ncu.kernels.kernel_roof_at`), CUDA-core fp32 kernels to the fp32
-roof. CUDA-core fp16 and fp64 have no measured roof and are not compared.
+roof, each the roof :func:`dnnroofline.model.roofline.select_roof` gives from the
+measured roofs alone (a datasheet roof is no proof of anything here). CUDA-core fp16
+and fp64 have no measured roof and are not compared.
 
 A kernel's rate is its FLOPs of that class over ncu's own kernel duration (replayed
 alone with caches flushed, at the clocks the GPU runs). Pure: a parsed ncu JSON and a
@@ -29,16 +31,15 @@ from dnnroofline.ncu.kernels import (
 NAMED_ON_PLOT = 3
 
 
-def measured_roofs(ceilings: Mapping, where: str = "ceilings") -> dict[str, dict]:
-    """{ceilings precision: its measured compute roof entry} (the highest, if several)."""
-    roofs = roofline.parse_roofs(dict(ceilings), where)
-    out: dict[str, dict] = {}
-    for parsed, entry in zip(roofs, ceilings["roofs"], strict=True):
-        if parsed.kind != "compute" or parsed.source != "measured":
-            continue
-        if parsed.precision not in out or parsed.value > out[parsed.precision]["value"]:
-            out[parsed.precision] = {**entry, "value": parsed.value}
-    return out
+def measured_roof(
+    roofs: list[roofline.Roof], path: str | None, precision: str
+) -> roofline.Roof | None:
+    """The measured compute roof a kernel of FLOP class ``path`` in a ``precision`` run is
+    held to; None for a class no microbenchmark measures, or without a measured roof."""
+    roof_precision = class_precision(path, precision)
+    if roof_precision is None:
+        return None
+    return roofline.select_roof(roofs, "compute", roof_precision, sources=("measured",))
 
 
 def kernels_above_measured_roof(
@@ -47,22 +48,20 @@ def kernels_above_measured_roof(
     """The kernels of a parsed ncu capture (of a ``precision`` run) whose attained FLOP/s
     exceed the measured roof of their class, fastest first: index and id in ncu's
     ``kernels`` list, name and short name, class, rate, the roof and what set it."""
-    roofs = measured_roofs(ceilings, where)
+    roofs = roofline.parse_roofs(dict(ceilings), where)
     out = []
     for i, kernel in enumerate(ncu.get("kernels") or []):
         if not isinstance(kernel, Mapping):
             continue
         flop = kernel.get("flop") or {}
         path = kernel_path(flop)
-        roof_prec = class_precision(path, precision)
-        aliases = roofline.precision_aliases(roof_prec) if roof_prec else ()
-        roof = next((roofs[p] for p in aliases if p in roofs), None)
+        roof = measured_roof(roofs, path, precision)
         t = positive_number(kernel.get("time_s"))
         class_flop = positive_number(flop.get(path)) if path else None
         if roof is None or t is None or class_flop is None:
             continue
         rate = class_flop / t
-        if not roofline.is_above_roof(rate, roof["value"]):
+        if not roofline.is_above_roof(rate, roof.value):
             continue
         out.append(
             {
@@ -71,12 +70,12 @@ def kernels_above_measured_roof(
                 "name": str(kernel.get("name", "")),
                 "short_name": short_name(str(kernel.get("name", "")), 90),
                 "path": path,
-                "roof_precision": roof_prec,
+                "roof_precision": class_precision(path, precision),
                 "time_s": t,
                 "flops": rate,
-                "roof": roof["value"],
-                "roof_set_by": roof.get("set_by"),
-                "above_by": rate / roof["value"] - 1.0,
+                "roof": roof.value,
+                "roof_set_by": roof.set_by,
+                "above_by": rate / roof.value - 1.0,
             }
         )
     return sorted(out, key=lambda k: -k["flops"])

@@ -446,7 +446,7 @@ def kernel_roof_at(roofs: Roofs, ai: float, path: str | None, precision: str) ->
     A kernel above it beats its own roof: a wrong peak or a bad counter.
     """
     want = class_precision(path, precision)
-    own = [v for (prec, _), v in roofs.compute.items() if want is not None and prec == want]
+    own = compute_roofs_for(roofs, want).values() if want is not None else ()
     peak = max(own) if own else max(roofs.compute.values())
     return min(peak, ai * max(roofs.memory["dram"].values()))
 

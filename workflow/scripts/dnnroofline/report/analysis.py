@@ -8,11 +8,14 @@ from typing import Any
 
 import pandas as pd
 
+from dnnroofline.errors import InputError
 from dnnroofline.formatting import isnum
+from dnnroofline.model import levers, roofline
 from dnnroofline.model.levers import LOW_EFFICIENCY
+from dnnroofline.ncu.profile import parse_compute_capability
 from dnnroofline.report import compare, data, env_compare, memory
 from dnnroofline.report.render import section
-from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, TENSOR_PRECISIONS
+from dnnroofline.study.precisions import HALF_PRECISIONS
 
 
 def facts(
@@ -68,115 +71,61 @@ def summary(pts: pd.DataFrame) -> dict | None:
     }
 
 
-def other_precision_peaks(env: str, prec: str, ceilings: Mapping) -> list[dict]:
-    """Compute peaks of the env's other precisions that are higher than ``prec``'s."""
-    roofs = data.valid_roofs(ceilings.get(env))
-    cur = data.pick_roof(roofs, "compute", prec)
-    out = []
-    for p in PRECISIONS:
-        r = data.pick_roof(roofs, "compute", p) if p != prec else None
-        if r and (not cur or r.value > cur.value * 1.05):
-            out.append({"precision": p, "peak": r.value})
-    return out
+def _cuda_cc(info: Mapping) -> tuple[int, int] | None:
+    """The env's first GPU's compute capability, None where env_info has none it can read."""
+    for g in info.get("gpus") or []:
+        if isinstance(g, Mapping) and g.get("compute_capability"):
+            try:
+                return parse_compute_capability(g["compute_capability"])
+            except InputError:
+                return None
+    return None
 
 
-def _cc_float(s: str) -> float | None:
-    try:
-        return float(s)
-    except ValueError:
-        return None
-
-
-def levers(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> list[dict]:
-    """What would move a point, most pressing first: ``{"kind": ..., facts}`` each, worded by
-    templates/parts/point.html."""
+def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> levers.PointFacts:
+    """What the lever engine (:func:`dnnroofline.model.levers.levers`) needs of one point,
+    from the study's files: its env's machine and options, its batch span, its bytes."""
     env, model, prec, b = r["env"], r["model"], r["precision"], int(r["batch_size"])
     info = env_infos.get(env) or {}
     dev = data.env_device(env, config, env_infos)
-    study = data.study_cfg(config)
-    envcfg = data.envs_cfg(config).get(env, {})
-    low_prec = prec in HALF_PRECISIONS
-    eff = r["eff"]
-    moves: list[dict] = []
-    if r["above"]:
-        moves.append({"kind": "fix_numbers", "roof_source": r["roof_source"]})
-    if r["bound_"] == "host":  # the device waits on the host: no roof move helps first
-        share = r.get("kernel_busy_share")
-        moves.append({"kind": "host", "share": share, "cuda": dev == "cuda"})
-    if r["bound_"] == "memory":
-        same = pts[(pts["env"] == env) & (pts["model"] == model) & (pts["precision"] == prec)]
-        same = same.sort_values("batch_size")
-        span = len(same) > 1 and isnum(same["ai"].iloc[0]) and isnum(same["ai"].iloc[-1])
-        moves.append(
-            {
-                "kind": "larger_batch",
-                "span": [
-                    {"ai": same["ai"].iloc[i], "batch": int(same["batch_size"].iloc[i])}
-                    for i in (0, -1)
-                ]
-                if span
-                else None,
-            }
-        )
-        if not envcfg.get("compile", study.get("compile", False)):
-            moves.append({"kind": "fusion"})
-        if not envcfg.get("channels_last", study.get("channels_last", False)):
-            moves.append({"kind": "channels_last"})
-        if not low_prec:
-            c = cx.get((model, b)) or {}
-            by = c.get("by_precision") or {}
-            lo = next((by[p] for p in HALF_PRECISIONS if isinstance(by.get(p), Mapping)), None)
-            pair = (c.get("min_dram_bytes_per_step"), (lo or {}).get("min_dram_bytes_per_step"))
-            counted = all(isnum(v) for v in pair)
-            # where weights, gradients and optimizer state dominate (small batches) the
-            # fp32 master copy makes amp/bf16 move more bytes, not fewer: no lever then
-            if not counted or pair[1] < pair[0]:
-                moves.append({"kind": "lower_precision", "bytes": pair if counted else None})
-    elif r["bound_"] == "compute":
-        if dev == "cuda":
-            ccs = [
-                str(g.get("compute_capability"))
-                for g in info.get("gpus") or []
-                if isinstance(g, Mapping) and g.get("compute_capability")
-            ]
-            cc = _cc_float(ccs[0]) if ccs else None
-            if not low_prec and (cc is None or cc >= 8.0):
-                # fp32 can move to tf32/bf16/amp tensor cores, tf32 to bf16/amp ones
-                options = [p for p in TENSOR_PRECISIONS if p != prec]
-                moves.append(
-                    {
-                        "kind": "tensor_cores",
-                        "options": options,
-                        "peaks": other_precision_peaks(env, prec, ceilings),
-                    }
-                )
-            elif prec == "fp32" and cc is not None and cc >= 7.0:
-                moves.append({"kind": "amp_only"})
-            moves.append({"kind": "gpu_kernels"})
-        else:
-            threads = data.env_threads(env, config, env_infos)
-            if isnum(threads):  # a data-parallel env's processes use threads each
-                threads = int(threads) * env_compare.env_options(config, env)["nproc"]
-            cores = info.get("cpu_cores_physical")
-            if isnum(threads) and isnum(cores) and int(threads) < int(cores):
-                moves.append({"kind": "more_threads", "threads": int(threads), "cores": int(cores)})
-            elif threads is None and not cores:
-                moves.append({"kind": "more_cores"})
-            flags = {str(f).lower() for f in info.get("cpu_flags") or []}
-            bf = sorted(flags & {"amx_bf16", "avx512_bf16", "amx_tile"})
-            if not low_prec and bf:
-                moves.append({"kind": "cpu_bf16", "flags": bf})
-            elif not low_prec and flags:
-                moves.append({"kind": "no_cpu_bf16"})
-            moves.append({"kind": "cpu_kernels"})
-    # no roof explains it: the first lever (a host-bound point has its own)
-    if isnum(eff) and eff < LOW_EFFICIENCY and r["bound_"] != "host":
-        first = 1 if r["above"] else 0
-        moves.insert(first, {"kind": "overheads", "eff": eff, "cuda": dev == "cuda"})
+    options = env_compare.env_options(config, env)  # the env's, else the study's/schema's
+    same = pts[(pts["env"] == env) & (pts["model"] == model) & (pts["precision"] == prec)]
+    same = same.sort_values("batch_size")
+    span = None
+    if len(same) > 1 and isnum(same["ai"].iloc[0]) and isnum(same["ai"].iloc[-1]):
+        span = [
+            {"ai": same["ai"].iloc[i], "batch": int(same["batch_size"].iloc[i])} for i in (0, -1)
+        ]
+    c = cx.get((model, b)) or {}
+    by = c.get("by_precision") or {}
+    half = next((by[p] for p in HALF_PRECISIONS if isinstance(by.get(p), Mapping)), None)
+    pair = (c.get("min_dram_bytes_per_step"), (half or {}).get("min_dram_bytes_per_step"))
+    threads = data.env_threads(env, config, env_infos)
+    if isnum(threads):  # a data-parallel env's processes use threads each
+        threads = int(threads) * env_compare.env_options(config, env)["nproc"]
+    cores = info.get("cpu_cores_physical")
+    flags = info.get("cpu_flags")
     wait = tp_row["data_wait_share"] if tp_row else None
-    if isnum(wait) and wait > data.HIGH_DATA_WAIT:
-        moves.append({"kind": "data_loading", "share": wait})
-    return moves
+    higher = roofline.higher_compute_roofs(data.valid_roofs(ceilings.get(env)), prec)
+    return levers.PointFacts(
+        bound=r["bound_"],
+        efficiency=r["eff"],
+        above=bool(r["above"]),
+        device=dev,
+        precision=prec,
+        roof_source=r["roof_source"],
+        busy_share=r.get("kernel_busy_share"),
+        cuda_cc=_cuda_cc(info),
+        cpu_flags=[str(f) for f in flags] if flags else None,
+        threads=threads,
+        cores=int(cores) if isnum(cores) else None,
+        compiled=bool(options["compile"]),
+        channels_last=options["channels_last"],
+        ai_span=span,
+        min_bytes=pair if all(isnum(v) for v in pair) else None,
+        higher_peaks=[{"precision": p, "peak": roof.value} for p, roof in higher],
+        data_wait_share=wait if isnum(wait) else None,
+    )
 
 
 def point(r: Mapping, pts, tp, cx, config, env_infos, ceilings) -> dict:
@@ -191,7 +140,7 @@ def point(r: Mapping, pts, tp, cx, config, env_infos, ceilings) -> dict:
         "ai_low": r.get("ai_low"),
         "ai_high": r.get("ai_high"),
         "tp": tp_row,
-        "levers": levers(r, pts, tp_row, cx, config, env_infos, ceilings),
+        "levers": levers.levers(lever_facts(r, pts, tp_row, cx, config, env_infos, ceilings)),
     }
 
 

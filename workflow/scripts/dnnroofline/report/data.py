@@ -17,7 +17,7 @@ from dnnroofline.aggregate.metrics import METRICS_COLUMNS, group_nproc, images_p
 from dnnroofline.aggregate.points import POINTS_COLUMNS
 from dnnroofline.errors import InputError
 from dnnroofline.formatting import isnum, missing, to_bool
-from dnnroofline.model import roofline
+from dnnroofline.model import levers, roofline
 from dnnroofline.study import identity
 
 # The ledgers' columns are defined once, where they are written.
@@ -42,8 +42,8 @@ BOUNDS = ("memory", "compute", "inconclusive", "host")
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
 #: this is flagged as noisy.
 NOISY_CV = 0.05
-#: A data-wait share of the step above this is worth fixing.
-HIGH_DATA_WAIT = 0.10
+#: A data-wait share of the step above this is worth fixing (a lever of the one engine).
+HIGH_DATA_WAIT = levers.HIGH_DATA_WAIT
 
 GROUP = ["env", "model", "precision", "batch_size"]
 
@@ -310,7 +310,7 @@ def pick_roof(
     sources: Sequence[str] = roofline.ROOF_SOURCES,
 ) -> roofline.Roof | None:
     """The roof the roofline stage uses (:func:`roofline.select_roof`), from ``sources`` only."""
-    return roofline.select_roof([r for r in roofs if r.source in sources], kind, precision)
+    return roofline.select_roof(roofs, kind, precision, sources)
 
 
 def ridge_for(env: str, precision: str, points: pd.DataFrame, ceilings: Mapping) -> dict | None:

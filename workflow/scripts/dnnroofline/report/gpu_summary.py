@@ -15,8 +15,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
+from dnnroofline.model import roofline
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
 from dnnroofline.study.identity import config_key
+from dnnroofline.study.precisions import precision_of_roof
 
 
 def _fmt_rate(value: float | None, unit: str) -> str:
@@ -35,25 +37,22 @@ def _roofs(ceilings: Mapping, where: str) -> list[Mapping]:
 
 
 def ceiling_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
-    """[roof, measured, datasheet, measured / datasheet] per compute precision and memory."""
-    roofs = _roofs(ceilings, where)
-    keys = []
-    for r in roofs:
-        key = (r.get("kind"), r.get("precision") if r.get("kind") == "compute" else None)
-        if key not in keys:
-            keys.append(key)
+    """[roof, measured, datasheet, measured / datasheet] per compute precision and memory,
+    in the file's order: of each source the roof the study uses
+    (:func:`dnnroofline.model.roofline.select_roof`)."""
+    roofs = roofline.parse_roofs({"roofs": _roofs(ceilings, where)}, where)
+    keys = list(
+        dict.fromkeys(
+            (r.kind, precision_of_roof(r.precision) if r.precision else None) for r in roofs
+        )
+    )
     rows = []
     for kind, precision in keys:
         unit = "FLOP/s" if kind == "compute" else "B/s"
 
         def value(source, kind=kind, precision=precision):
-            for r in roofs:
-                same = r.get("kind") == kind and (
-                    kind != "compute" or r.get("precision") == precision
-                )
-                if same and r.get("source") == source and isinstance(r.get("value"), int | float):
-                    return float(r["value"])
-            return None
+            roof = roofline.select_roof(roofs, kind, precision, sources=(source,))
+            return roof.value if roof else None
 
         measured, datasheet = value("measured"), value("datasheet")
         share = f"{measured / datasheet:.0%}" if measured and datasheet else "n/a"

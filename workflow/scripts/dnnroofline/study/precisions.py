@@ -73,6 +73,13 @@ def roof_names(precision: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((p, COMPUTE_DTYPE.get(p, p))))
 
 
+def precision_of_roof(name: str) -> str:
+    """The study precision a ceilings file's compute roof name is the roof of (amp for
+    fp16; :func:`roof_names` the other way); an unknown name stands for itself."""
+    n = name.lower()
+    return next((p for p in PRECISIONS if n in roof_names(p)), n)
+
+
 def torch_dtype(precision: str) -> str:
     """The torch dtype name a precision's GEMMs take their operands in."""
     return TORCH_DTYPE[COMPUTE_DTYPE[require_known(precision)]]
