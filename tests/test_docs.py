@@ -30,6 +30,7 @@ DOC_PAGES = [
 PAGES = [
     "README.md",
     "BENCHMARKS.md",
+    "CHANGELOG.md",
     "examples/h100/README.md",
     "examples/compare/README.md",
     "config/README.md",
