@@ -29,8 +29,10 @@ except InputError as err:
 report: "report/workflow.rst"
 
 
-# Every helper is in common.smk, included first; the rule files define rules only, so
-# their order does not matter.
+# Every helper of the rules is in common.smk, included first: the glue that needs Snakemake
+# (config, workflow, wildcards) around the logic, which lives in dnnroofline.study (targets,
+# copied, jobs, cluster) and is tested without Snakemake. The rule files define rules only,
+# so their order does not matter.
 include: "rules/common.smk"
 include: "rules/machine.smk"
 include: "rules/complexity.smk"
