@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from report_fixtures import make_config, make_metrics
 
 from dnnroofline.report.reproducibility import reproducibility_section, run_command
@@ -87,3 +89,37 @@ def test_a_run_is_reproduced_as_it_ran_where_its_json_says_otherwise():
     (line,) = [ln for ln in html.splitlines() if "--run-id h100_resnet50_fp32_bs8_run1 " in ln]
     assert "--warmup-iters 5 --iters 30" in line and "--channels-last" in line
     assert "--warmup-iters 3 --iters 10" in html  # the runs without a JSON here
+
+
+def driver_args(cmd: str):
+    """What run_train.py would run, given the report's command line."""
+    import shlex
+
+    from dnnroofline.measure.train_config import arg_parser
+
+    argv = [a for a in shlex.split(cmd) if not a.startswith("OMP_NUM_THREADS=")]
+    assert argv[:2] == ["python", "workflow/scripts/run_train.py"]
+    return arg_parser().parse_args(argv[2:])
+
+
+def test_the_command_runs_the_configs_steps_and_else_the_schemas():
+    """The exact command is what ran: the config's own steps where it gives them; where it
+    does not (a study_config.json from before a key existed), the schema's defaults, which
+    the Snakefile filled in for the run and run_train.py takes for a flag left out."""
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "config" / "schema.yaml").read_text())
+    study_keys = schema["properties"]["study"]["properties"]
+    row = {"run_id": "r", "env": "local", "model": "resnet50", "precision": "fp32", "batch_size": 8}
+    cfg = make_config()
+    cfg["study"].update(warmup_iters=7, iters=25, image_size=96, num_classes=10)
+    args = driver_args(run_command(cfg, row))
+    assert (args.warmup_iters, args.iters, args.image_size, args.num_classes) == (7, 25, 96, 10)
+    for key in ("warmup_iters", "iters", "image_size", "data"):
+        cfg["study"].pop(key)
+    args = driver_args(run_command(cfg, row))
+    want = [study_keys[k]["default"] for k in ("warmup_iters", "iters", "image_size")]
+    assert [args.warmup_iters, args.iters, args.image_size] == want
+    assert args.data is None and args.synthetic  # data: synthetic, the schema's
+    own = driver_args("python workflow/scripts/run_train.py --arch resnet50 --batch-size 8 --out o")
+    assert (own.warmup_iters, own.iters, own.image_size) == tuple(want)

@@ -20,6 +20,7 @@ from dnnroofline.measure.ceilings import build_ceilings
 from dnnroofline.measure.envinfo import DEVICES
 from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.study.defaults import default
 from dnnroofline.study.precisions import PRECISIONS
 
 
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         "--expect-threads", type=int, help="the env's threads per process; others are refused"
     )
     ap.add_argument(
-        "--perf", default="perf", help="the perf binary to probe on CPU (perf.executable)"
+        "--perf",
+        default=default("perf.executable"),
+        help="the perf binary to probe on CPU (perf.executable)",
     )
     ap.add_argument("--out", required=True, help="output JSON path")
     add_machine_check_args(ap)

@@ -37,13 +37,14 @@ from dnnroofline.ncu.selftest import (
     progress_key,
 )
 from dnnroofline.processes import run_stage, signals_exit
+from dnnroofline.study.defaults import default
 
 HERE = Path(__file__).resolve().parent
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--ncu", default=default("ncu.executable"))
     ap.add_argument("--env", help="env name recorded in the JSON")
     ap.add_argument("--env-info", help="env_info.json (the GPU's compute capability)")
     ap.add_argument("--compute-capability")

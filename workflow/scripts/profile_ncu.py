@@ -26,6 +26,7 @@ from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.ncu.capture import TRUSTED, CaptureRequest, capture
 from dnnroofline.ncu.selftest import verdict_for
 from dnnroofline.processes import signals_exit
+from dnnroofline.study.defaults import default
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0],
         usage="%(prog)s [options] --csv-out CSV --json-out JSON -- DRIVER_COMMAND ...",
     )
-    ap.add_argument("--ncu", default="ncu", help="Nsight Compute CLI: a name on PATH or a path")
+    ap.add_argument(
+        "--ncu",
+        default=default("ncu.executable"),
+        help="Nsight Compute CLI: a name on PATH or a path",
+    )
     ap.add_argument("--csv-out", required=True, help="where the kernel pass's raw CSV goes")
     ap.add_argument(
         "--step-csv-out",

@@ -23,6 +23,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import read_json, write_json_atomic
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.measure.perf_run import probe_for, profile
+from dnnroofline.study.defaults import default
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cut = argv.index("--")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--perf", default="perf", help="the perf executable")
+    ap.add_argument("--perf", default=default("perf.executable"), help="the perf executable")
     ap.add_argument(
         "--ceilings", help="the env's ceilings.json (its perf probe is reused if of --perf)"
     )
     ap.add_argument("--json-out", required=True)
     ap.add_argument("--driver-run-out", help="where to keep the driver's run JSON")
-    ap.add_argument("--iters-short", type=int, default=1)
-    ap.add_argument("--iters-long", type=int, default=4)
+    ap.add_argument("--iters-short", type=int, default=default("perf.iters_short"))
+    ap.add_argument("--iters-long", type=int, default=default("perf.iters_long"))
     args = ap.parse_args(argv[:cut])
     driver = argv[cut + 1 :]
     if not driver:

@@ -5,7 +5,8 @@ with its interval below 0. (issue 37)
     python workflow/scripts/regression_gate.py results/compare.csv [--tolerance-pct N] \
         [--config results/study_config.json]
 
-The tolerance: --tolerance-pct, else the config's regression.tolerance_pct, else 5.
+The tolerance: --tolerance-pct, else the config's regression.tolerance_pct, else its
+default in config/schema.yaml.
 Exit 1 prints the regressed points only, one line each; exit 0 says how many passed;
 exit 2 on a file that cannot be read.
 """
@@ -20,8 +21,8 @@ from dnnroofline.aggregate import compare
 from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
+from dnnroofline.study.defaults import default
 
-DEFAULT_TOLERANCE_PCT = 5.0
 NEEDED = (
     "env",
     "model",
@@ -35,7 +36,8 @@ NEEDED = (
 
 
 def tolerance(args: argparse.Namespace) -> float:
-    """--tolerance-pct, else the config's regression.tolerance_pct, else 5."""
+    """--tolerance-pct, else the config's regression.tolerance_pct, else the schema's
+    default (a study_config.json written before the regression block existed)."""
     if args.tolerance_pct is not None:
         return args.tolerance_pct
     if args.config:
@@ -48,7 +50,7 @@ def tolerance(args: argparse.Namespace) -> float:
                     f"{args.config}: regression.tolerance_pct must be a number, got {value!r}"
                 )
             return float(value)
-    return DEFAULT_TOLERANCE_PCT
+    return float(default("regression.tolerance_pct"))
 
 
 def main(argv: list[str] | None = None) -> int:

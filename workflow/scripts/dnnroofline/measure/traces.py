@@ -42,13 +42,15 @@ from dnnroofline.measure.train_config import (
     step_arguments,
     validate,
 )
+from dnnroofline.study.defaults import default
 
 SCHEMA_VERSION = 1
 #: the step range put around every traced step (TensorBoard's and Perfetto's convention);
 #: key_averages() groups them as "ProfilerStep*"
 STEP_PREFIX = "ProfilerStep#"
-DEFAULT_STEPS = 3
-DEFAULT_TOP = 15
+# config/schema.yaml's traces.steps and traces.top (stated there only)
+DEFAULT_STEPS = default("traces.steps")
+DEFAULT_TOP = default("traces.top")
 CSV_COLUMNS = (
     "kind",
     "rank",

@@ -21,6 +21,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.study import precisions
 from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
+from dnnroofline.study.defaults import default
 from dnnroofline.study.models import check_arch, model_kwargs_arg, refuse_kwargs_without_factory
 
 SCHEMA_VERSION = 1
@@ -225,32 +226,41 @@ def cpu_model() -> str:
 # --------------------------------------------------------------------------- config
 
 
+def _schema_default(key: str) -> Any:
+    """A field's default: the config key's in config/schema.yaml (the one place it is stated)."""
+    return field(default_factory=functools.partial(default, key))
+
+
 @dataclass
 class TrainConfig:
-    """One timed run, as given on the command line (backend may be ``auto``)."""
+    """One timed run, as given on the command line (backend may be ``auto``). What the
+    command line leaves out is the study config's default, so a run by hand runs as a
+    study's run does."""
 
     arch: str
     batch_size: int
-    image_size: int = 224
-    warmup_iters: int = 5
-    iters: int = 20
+    image_size: int = _schema_default("study.image_size")
+    warmup_iters: int = _schema_default("study.warmup_iters")
+    iters: int = _schema_default("study.iters")
     precision: str = "fp32"
     backend: str = "auto"
     data: str | None = None  # None: synthetic
-    channels_last: bool = False
-    compile: bool | str = False  # False (eager) or a torch.compile mode (COMPILE_MODES)
+    channels_last: bool = _schema_default("study.channels_last")
+    # False (eager) or a torch.compile mode (COMPILE_MODES)
+    compile: bool | str = _schema_default("envs.*.compile")
     cudnn_benchmark: bool | None = None  # None: on for CUDA, off elsewhere
     model_factory: str | None = None  # "module:callable": the user's model, named --arch
     model_kwargs: dict[str, Any] = field(default_factory=dict)
-    workers: int = 0
+    workers: int = _schema_default("study.workers")
     pin_memory: bool = False
-    num_classes: int = 1000
+    num_classes: int = _schema_default("study.num_classes")
     env: str | None = None
     run_id: str | None = None
     expect_threads: int | None = None
     profile_step: bool = False
     env_info: str | None = None  # the env's env_info.json: refuse another machine
-    nproc: int = 1  # data-parallel processes (DistributedDataParallel when > 1)
+    # data-parallel processes (DistributedDataParallel when > 1)
+    nproc: int = _schema_default("envs.*.nproc")
     rank: int | None = None  # set in a rank process of a data-parallel run (measure.ddp)
     dist_store: str | None = None  # that run's rendezvous file
 
@@ -505,8 +515,8 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     shared by run_train.py and the trace job (dnnroofline.measure.traces), so both run one step."""
     p.add_argument("--arch", required=True, help="torchvision classification model name")
     p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--warmup-iters", type=int, default=5)
+    p.add_argument("--image-size", type=int, default=default("study.image_size"))
+    p.add_argument("--warmup-iters", type=int, default=default("study.warmup_iters"))
     p.add_argument("--precision", default="fp32", help=f"one of {', '.join(precisions.PRECISIONS)}")
     p.add_argument("--backend", default="auto", help="auto | cpu | cuda | mps")
     data = p.add_mutually_exclusive_group()
@@ -517,7 +527,7 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--compile",
         nargs="?",
         const="default",
-        default=False,
+        default=default("envs.*.compile"),
         metavar="MODE",
         help=f"torch.compile, compiled in warm-up; MODE: {', '.join(COMPILE_MODES)}",
     )
@@ -538,9 +548,14 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default="{}",
         help="JSON object passed to the factory",
     )
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers (--data only)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=default("study.workers"),
+        help="DataLoader workers (--data only)",
+    )
     p.add_argument("--pin-memory", action="store_true", help="pinned host batches (CUDA only)")
-    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--num-classes", type=int, default=default("study.num_classes"))
     p.add_argument("--env", default=None, help="env name recorded in the JSON")
     p.add_argument("--run-id", default=None, help="run id recorded in the JSON")
     p.add_argument(
@@ -559,7 +574,7 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--nproc",
         type=int,
-        default=1,
+        default=default("envs.*.nproc"),
         help="data-parallel processes (DistributedDataParallel: gloo on CPU, NCCL on CUDA, "
         "one GPU each); the batch size is per process, OMP_NUM_THREADS is split over them",
     )
@@ -573,7 +588,7 @@ def arg_parser() -> argparse.ArgumentParser:
         "(warm-up, then per-step times); writes the run JSON atomically at the end.",
     )
     step_arguments(p)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=default("study.iters"))
     p.add_argument(
         "--profile-step",
         action="store_true",

@@ -18,7 +18,7 @@ from dnnroofline.aggregate.points import POINTS_COLUMNS
 from dnnroofline.errors import InputError
 from dnnroofline.formatting import isnum, missing, to_bool
 from dnnroofline.model import levers, roofline
-from dnnroofline.study import identity
+from dnnroofline.study import defaults, identity
 
 # The ledgers' columns are defined once, where they are written.
 METRIC_COLUMNS = tuple(METRICS_COLUMNS)
@@ -178,7 +178,7 @@ def env_matrix(config: Mapping | None, env: str) -> dict:
         "precisions": list(e.get("precisions") or study.get("precisions") or []),
         "batch_sizes": list(dict.fromkeys(b for bs in by_model.values() for b in bs)) or default,
         "batch_sizes_by_model": by_model,
-        "runs": int(study.get("runs") or 1),
+        "runs": int(defaults.value(study, "study.runs")),  # an older study_config may lack it
         "threads": e.get("threads"),
         "device": e.get("device", "auto"),
     }

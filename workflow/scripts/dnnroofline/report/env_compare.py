@@ -30,6 +30,7 @@ import pandas as pd
 
 from dnnroofline.formatting import isnum
 from dnnroofline.report.data import envs_cfg as _envs
+from dnnroofline.study import defaults
 
 GROUP = ("model", "precision", "batch_size")
 
@@ -42,14 +43,17 @@ def _num(x: Any) -> float | None:
 
 
 def env_options(config: Mapping | None, env: str) -> dict[str, Any]:
-    """How the env runs the step: compile mode (False: eager), channels-last, nproc."""
+    """How the env runs the step: compile mode (False: eager), channels-last, nproc.
+
+    A key the resolved config lacks (a study_config.json written before the key existed)
+    is the schema's default (``dnnroofline.study.defaults``)."""
     e = _envs(config).get(env, {})
     study = (config or {}).get("study") or {}
     cl = e.get("channels_last")
     return {
-        "compile": e.get("compile") or False,
-        "channels_last": bool(study.get("channels_last", False) if cl is None else cl),
-        "nproc": int(e.get("nproc") or 1),
+        "compile": defaults.value(e, "envs.*.compile"),
+        "channels_last": bool(defaults.value(study, "study.channels_last") if cl is None else cl),
+        "nproc": int(defaults.value(e, "envs.*.nproc")),
         "device": str(e.get("device") or "auto"),
     }
 
@@ -60,7 +64,7 @@ def describe(options: Mapping[str, Any], threads: Any = None) -> str:
     parts = [f"torch.compile {options['compile']}" if options.get("compile") else "eager"]
     if options.get("channels_last"):
         parts.append("channels-last")
-    n = int(options.get("nproc") or 1)
+    n = int(options["nproc"])  # env_options gives it
     if n > 1:
         each = f" x {int(threads)} thread{'s' if int(threads) != 1 else ''}" if threads else ""
         backend = "NCCL" if options.get("device") == "cuda" else "gloo"
@@ -192,15 +196,18 @@ def run_groups(runs: Sequence[Mapping] | None) -> dict[tuple, dict[str, float]]:
         cfg = run.get("config") or {}
         step = _num((run.get("step_time_s") or {}).get("median"))
         warm = _num(run.get("warmup_s"))
+        warmup_iters = cfg.get("warmup_iters")  # what the run did (its record says it)
         if run.get("status") != "ok" or step is None or warm is None:
             continue
+        if not isinstance(warmup_iters, int):
+            continue  # no record of its warm-up steps: its overhead is unknown
         key = (run.get("env"), cfg.get("arch"), cfg.get("precision"), cfg.get("batch_size"))
         g = acc.setdefault(
             key, {"step_s": [], "warmup_s": [], "first_step_s": [], "overhead_s": []}
         )
         g["step_s"].append(step)
         g["warmup_s"].append(warm)
-        g["overhead_s"].append(warmup_overhead(warm, int(cfg.get("warmup_iters") or 0), step))
+        g["overhead_s"].append(warmup_overhead(warm, warmup_iters, step))
         first = _num(run.get("first_step_s"))
         if first is not None:
             g["first_step_s"].append(first)

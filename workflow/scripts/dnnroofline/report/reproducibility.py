@@ -14,20 +14,27 @@ from dnnroofline.formatting import fmt_bytes, isnum
 from dnnroofline.lockfile import lock_match
 from dnnroofline.report import data
 from dnnroofline.report.render import section
+from dnnroofline.study import defaults
 from dnnroofline.study.cost import study_cost
 from dnnroofline.study.identity import complexity_path
 
 
 def model_flags(study: Mapping, model: str) -> list[str]:
     """Driver/complexity flags that build ``model``: a torchvision name or a user's factory
-    (``study.model_specs``, as study_config.json holds it), its image size and classes."""
+    (``study.model_specs``, as study_config.json holds it), its image size and classes.
+
+    A key the resolved config lacks (a study_config.json written before the key existed)
+    is the schema's default, read through ``dnnroofline.study.defaults``, never restated."""
     spec = dict((study.get("model_specs") or {}).get(model) or {})
     flags = ["--arch", model]
     if spec.get("factory"):
         flags += ["--model-factory", str(spec["factory"])]
         if spec.get("kwargs"):
             flags += ["--model-kwargs", json.dumps(spec["kwargs"])]
-    flags += ["--image-size", str(spec.get("image_size") or study.get("image_size", 224))]
+    flags += [
+        "--image-size",
+        str(spec.get("image_size") or defaults.value(study, "study.image_size")),
+    ]
     classes = spec.get("num_classes") or study.get("num_classes")
     if classes is not None:
         flags += ["--num-classes", str(classes)]
@@ -44,8 +51,9 @@ def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
         flags.append("--channels-last")
     if envcfg.get("cudnn_benchmark") is not None:
         flags.append("--cudnn-benchmark" if envcfg["cudnn_benchmark"] else "--no-cudnn-benchmark")
-    if int(envcfg.get("nproc") or 1) > 1:
-        flags += ["--nproc", str(int(envcfg["nproc"]))]
+    nproc = int(defaults.value(envcfg, "envs.*.nproc"))
+    if nproc > 1:
+        flags += ["--nproc", str(nproc)]
     return flags
 
 
@@ -74,15 +82,15 @@ def run_command(
         "--batch-size",
         str(int(run["batch_size"])),
         "--warmup-iters",
-        str(study.get("warmup_iters", 3)),
+        str(defaults.value(study, "study.warmup_iters")),
         "--iters",
-        str(study.get("iters", 10)),
+        str(defaults.value(study, "study.iters")),
         "--precision",
         str(run["precision"]),
         "--backend",
         backend,
     ]
-    source = study.get("data", "synthetic")
+    source = defaults.value(study, "study.data")
     args += ["--synthetic"] if str(source) == "synthetic" else ["--data", str(source)]
     if study.get("workers") is not None:  # the train rule passes it, synthetic or not
         args += ["--workers", str(study["workers"])]
@@ -95,7 +103,8 @@ def run_command(
     args += ["--run-id", rid, "--out", f"results/{env}/runs/{rid}.json"]
     cmd = " ".join(shlex.quote(a) for a in args)
     if isnum(threads):  # the job's threads: every process's (the driver splits them)
-        cmd = f"OMP_NUM_THREADS={int(threads) * int(envcfg.get('nproc') or 1)} {cmd}"
+        processes = int(defaults.value(envcfg, "envs.*.nproc"))
+        cmd = f"OMP_NUM_THREADS={int(threads) * processes} {cmd}"
     return cmd
 
 

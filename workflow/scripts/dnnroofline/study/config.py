@@ -16,6 +16,7 @@ from typing import Any
 
 from dnnroofline.errors import InputError, suggest
 from dnnroofline.study import identity, precisions, what_if
+from dnnroofline.study.defaults import fill_defaults
 
 # torch.compile modes an env may ask for (``compile: false`` runs eagerly).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -149,7 +150,9 @@ class Study:
         cluster_cpus: dict[str, int | None] | None = None,
         gpu_count: int | None = None,
     ):
-        self.config = config
+        # the schema's defaults, which the Snakefile has filled in already, filled in here
+        # for a config that did not pass through it (a test's dict, a script's)
+        self.config = fill_defaults(config)
         # envs whose jobs run on Slurm nodes (None: not a Slurm run), with the CPUs of
         # their partition's smallest node: this host's device and CPU are not theirs
         self.cluster_cpus = cluster_cpus
@@ -208,7 +211,7 @@ class Study:
 
     def nproc(self, env: str) -> int:
         """Data-parallel processes of the env's step (DistributedDataParallel when > 1)."""
-        return int(self.envs[env].get("nproc") or 1)
+        return int(self.envs[env]["nproc"])
 
     def job_threads(self, env: str) -> int:
         """The cores a job of the env holds: every process's threads (Snakemake ``threads:``)."""
@@ -239,12 +242,12 @@ class Study:
 
     def compile_mode(self, env: str) -> str | None:
         """The env's torch.compile mode, None when it runs eagerly."""
-        mode = self.envs[env].get("compile", False)
+        mode = self.envs[env]["compile"]
         return None if mode is False or mode is None else str(mode)
 
     def channels_last(self, env: str) -> bool:
         value = self.envs[env].get("channels_last")
-        return bool(self.study.get("channels_last", False) if value is None else value)
+        return bool(self.study["channels_last"] if value is None else value)
 
     def cudnn_benchmark(self, env: str) -> bool | None:
         """The env's cuDNN autotuning, None when it leaves the driver's default."""
@@ -294,10 +297,10 @@ class Study:
         return flags
 
     def image_size(self, model: str) -> int:
-        return int(self.model_spec(model).image_size or self.study.get("image_size", 224))
+        return int(self.model_spec(model).image_size or self.study["image_size"])
 
     def num_classes(self, model: str) -> int:
-        return int(self.model_spec(model).num_classes or self.study.get("num_classes", 1000))
+        return int(self.model_spec(model).num_classes or self.study["num_classes"])
 
     def custom_models(self) -> list[ModelSpec]:
         return [s for s in self.model_specs.values() if s.factory]
@@ -333,7 +336,7 @@ class Study:
 
     @property
     def data(self) -> str:
-        return self.study.get("data", "synthetic")
+        return self.study["data"]
 
     # ---- the matrix -------------------------------------------------------
     def runs(self, envs: Iterable[str] | None = None) -> list[Run]:
@@ -342,7 +345,7 @@ class Study:
             for model in self.models:
                 for precision in self.precisions(env):
                     for batch in self.batch_sizes(env, model):
-                        for n in range(1, int(self.study.get("runs", 3)) + 1):
+                        for n in range(1, int(self.study["runs"]) + 1):
                             out.append(Run(env, model, precision, batch, n))
         return out
 
@@ -498,16 +501,16 @@ class Study:
 
     def _check_options(self, env: str) -> None:
         device = self.device(env)
-        mode = self.envs[env].get("compile", False)
+        mode = self.envs[env]["compile"]
         if mode not in (False, None, *COMPILE_MODES):
             raise InputError(
                 f"config envs.{env}.compile: {mode!r} is not a compile mode "
                 f"(false, {', '.join(COMPILE_MODES)})"
             )
-        warmups = [("study.warmup_iters", int(self.study.get("warmup_iters", 3)))]
-        perf = self.config.get("perf") or {}
+        warmups = [("study.warmup_iters", int(self.study["warmup_iters"]))]
+        perf = self.config["perf"]
         if perf.get("enabled") and device == "cpu":  # perf runs the driver on CPU envs
-            warmups.append(("perf.warmup_iters", int(perf.get("warmup_iters", 2))))
+            warmups.append(("perf.warmup_iters", int(perf["warmup_iters"])))
         for key, warmup in warmups:
             short = warmup_shortfall(warmup, self.compile_mode(env))
             if short:

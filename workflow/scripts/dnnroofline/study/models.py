@@ -24,9 +24,10 @@ from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.install_cache import kept_per_install, kept_while_unchanged, package_origin
+from dnnroofline.study.defaults import WORKFLOW_ROOT, default
 
-# the repository root: examples.models.cifar_resnet is importable from any workdir
-WORKFLOW_ROOT = Path(__file__).resolve().parents[4]
+# WORKFLOW_ROOT, the repository root: examples.models.cifar_resnet is importable from any
+# workdir
 
 
 def _import_paths() -> None:
@@ -51,8 +52,15 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
     shared by complexity.py and op_inventory.py."""
     ap.add_argument("--arch", required=True, help="torchvision classification model name")
     ap.add_argument("--batch-size", type=int, required=True, help="images per training step")
-    ap.add_argument("--image-size", type=int, default=224, help="square input size (pixels)")
-    ap.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
+    ap.add_argument(
+        "--image-size",
+        type=int,
+        default=default("study.image_size"),
+        help="square input size (pixels)",
+    )
+    ap.add_argument(
+        "--num-classes", type=int, default=default("study.num_classes"), help="classifier outputs"
+    )
     ap.add_argument(
         "--model-factory",
         metavar="MODULE:CALLABLE",
