@@ -6,6 +6,7 @@ no Snakemake internals, a benchmark: on every measuring job, and a config/README
 .snakemake-workflow-catalog.yml that match the workflow.
 """
 
+import ast
 import json
 import os
 import re
@@ -28,6 +29,98 @@ def schema_keys(node: dict, path: str = "") -> dict[str, dict]:
     if isinstance(extra, dict):
         keys |= schema_keys(extra, f"{path}*.")
     return keys
+
+
+# Where the Python code lives: the entry scripts, the package and the make targets' scripts.
+PYTHON_FILES = sorted(
+    [
+        *(ROOT / "workflow" / "scripts").glob("*.py"),
+        *(ROOT / "workflow" / "scripts" / "dnnroofline").rglob("*.py"),
+        *(ROOT / "scripts").glob("*.py"),
+    ]
+)
+# A flag named after a tool is that tool's executable (--perf: perf.executable).
+FLAG_KEYS = {"perf": "executable", "ncu": "executable"}
+
+
+def defaulted_keys() -> set[str]:
+    """The last part of each config key the schema gives a value as default (not {} or [],
+    which only say that a block may be left out)."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    return {
+        key.rsplit(".", 1)[-1]
+        for key, sub in schema_keys(schema).items()
+        if "default" in sub and not isinstance(sub["default"], (dict, list))
+    }
+
+
+def _literal(node: ast.expr | None) -> bool:
+    """A scalar written out in the source, as the schema's defaults are (None, a key left
+    unset, is no value; ``nargs="*"`` flags' ``[]`` are lists of files, no config value)."""
+    try:
+        return node is not None and isinstance(ast.literal_eval(node), (str, int, float))
+    except ValueError:
+        return False
+
+
+def _get_of(node: ast.expr, keys: set[str]) -> str | None:
+    """The key of ``x.get("key"...)`` / ``x.setdefault("key"...)`` where it is in ``keys``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    if node.func.attr not in ("get", "setdefault") or not node.args:
+        return None
+    key = node.args[0]
+    return key.value if isinstance(key, ast.Constant) and key.value in keys else None
+
+
+def restated_defaults(source: str, keys: set[str]) -> list[tuple[int, str]]:
+    """``[(line, what)]`` where Python source states its own default for a config key in
+    ``keys``: ``x.get("key", literal)``, ``x.get("key") or literal``, an argparse flag
+    ``--key`` with ``default=literal``, and a ``DEFAULT_KEY = literal`` constant. A value
+    read through ``dnnroofline.study.defaults`` is no literal, so it passes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _get_of(node, keys) and len(node.args) > 1:
+            if _literal(node.args[1]):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            if _get_of(node.values[0], keys) and any(map(_literal, node.values[1:])):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            names = {str(f).lstrip("-").replace("-", "_") for f in flags}
+            named = {FLAG_KEYS.get(n, n) for n in names} & keys
+            default = next((k.value for k in node.keywords if k.arg == "default"), None)
+            if named and _literal(default):
+                found.append((node.lineno, f"{'/'.join(flags)} default={ast.unparse(default)}"))
+        elif isinstance(node, ast.Assign) and _literal(node.value):
+            for target in node.targets:
+                name = getattr(target, "id", "")
+                if name.startswith("DEFAULT_") and name[len("DEFAULT_") :].lower() in keys:
+                    found.append((node.lineno, f"{name} = {ast.unparse(node.value)}"))
+    return sorted(found)
+
+
+def test_the_default_scanner_finds_each_kind_of_restatement():
+    planted = """
+DEFAULT_STEPS = 3
+DEFAULT_CACHE_BYTES = 64
+def f(study, env, ap):
+    study.get("runs", 3)
+    env.get("nproc") or 1
+    study.get("warmup_iters", default("study.warmup_iters"))
+    study.get("models", [])
+    env.get("threads") or 1
+    ap.add_argument("--warmup-iters", type=int, default=5)
+    ap.add_argument("--perf", default="perf")
+    ap.add_argument("--ncu", default=default("ncu.executable"))
+    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--label", default="baseline")
+    study.setdefault("image_size", -1)
+"""
+    found = restated_defaults(planted, defaulted_keys())
+    assert [line for line, _ in found] == [2, 5, 6, 10, 11, 15], found
+    assert found[3] == (10, "--warmup-iters default=5")
 
 
 def test_every_rule_runs_its_commands_through_the_one_log_helper():
@@ -63,6 +156,15 @@ def test_schema_defaults_are_stated_in_the_schema_alone():
     for name, text in texts.items():
         restated = re.findall(r'\.get\(\s*"(\w+)"\s*,', text)
         assert not restated, f"{name} restates a default of {restated}"
+    # nor in the Python code: an entry script's flags, the package's fallbacks
+    keys = defaulted_keys()
+    assert {"warmup_iters", "iters", "runs", "nproc", "executable"} <= keys
+    restated = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in PYTHON_FILES
+        for line, what in restated_defaults(path.read_text(), keys)
+    ]
+    assert not restated, "defaults restated outside config/schema.yaml:\n" + "\n".join(restated)
     # what the rules read directly, the schema fills in for a config that leaves it out
     study = {"models": ["resnet18"], "precisions": ["fp32"], "batch_sizes": [2]}
     config = {"envs": {"local": {"device": "cpu"}}, "study": study}
