@@ -77,6 +77,7 @@ def work_unit(nodeid: str) -> str:
     return "tiny_study" if (Path(path).name, test.split("[")[0]) in tiny_study_tests() else path
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers added here
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tiny_study" in item.fixturenames and work_unit(item.nodeid) != "tiny_study":
@@ -84,6 +85,8 @@ def pytest_collection_modifyitems(items):
                 f"{item.nodeid} uses tiny_study: take it as an argument of the test, in a "
                 "file of TINY_STUDY_FILES in conftest.py"
             )
+        if "tiny_study" in item.fixturenames:
+            item.add_marker(pytest.mark.workflow)  # it runs the workflow: not in make check
 
     def rank(item):
         unit = Path(work_unit(item.nodeid)).name
@@ -105,6 +108,7 @@ def pytest_xdist_make_scheduler(config, log):
     return TinyStudyTogether(config, log)
 
 
-# the report tests' inputs and sections fixtures; REQUIRE_CUDA=1 (make gpu-check) turns a
-# cuda test's skip into a failure; pytester runs that plugin in test_require_cuda.py
-pytest_plugins = ["report_fixtures", "require_cuda", "pytester"]
+# the report tests' inputs and sections fixtures; the CPU flags every test sees, and the
+# cpu_flags fixture that runs a test under both sets; REQUIRE_CUDA=1 (make gpu-check)
+# turns a cuda test's skip into a failure; pytester runs that plugin in test_require_cuda.py
+pytest_plugins = ["report_fixtures", "cpu_flags", "require_cuda", "pytester"]

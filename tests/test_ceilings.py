@@ -6,45 +6,39 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from cpu_flags import CPU_FLAG_SETS, has_bf16
+from fake_clock import FakeClock
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure import ceiling_kernels as ck
 from dnnroofline.measure import ceilings as cl
 from dnnroofline.measure import memory_kernels as mk
 from dnnroofline.model import roofline
+from dnnroofline.study.config import CPU_FLAGS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "ceilings.py"
 HAS_CUDA = torch.cuda.is_available()
 
 
-#: The CPU flags the quick CLI sees: its flag detection is replaced, so the tests hold on
-#: a CPU with AVX512_BF16 and on one without, whatever this machine has.
-WITHOUT_BF16 = ["avx", "avx2", "fma"]
-WITH_BF16 = [*WITHOUT_BF16, "avx512f", "avx512_bf16"]
-FAKE_FLAGS = """
-import runpy, sys
-from dnnroofline.measure import envinfo
-real, flags = envinfo.cpu_info, sys.argv[1].split(",")
-envinfo.cpu_info = lambda: {**real(), "flags": flags, "flags_all": flags}
-sys.argv = sys.argv[2:]  # the script, then its arguments
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+#: The CPU flags the quick CLI sees (DNNROOFLINE_CPU_FLAGS, tests/cpu_flags.py), so the
+#: tests hold on a CPU with AVX512_BF16 and on one without, whatever this machine has.
+WITHOUT_BF16 = CPU_FLAG_SETS["without_bf16"]
+WITH_BF16 = CPU_FLAG_SETS["with_bf16"]
 #: perf is probed on this binary, which no machine has: the probe's outcome is known
 NO_PERF = "dnnroofline-test-no-such-perf"
 
 
 def run_quick_ceilings(out: Path, flags: list[str]):
     """The ceilings CLI in quick mode on 1 thread, seeing ``flags`` as the CPU's."""
-    cmd = [sys.executable, "-c", FAKE_FLAGS, ",".join(flags), str(SCRIPT), "--env", "local"]
+    cmd = [sys.executable, str(SCRIPT), "--env", "local"]
     cmd += ["--device", "cpu", "--precisions", "fp32", "bf16", "tf32", "--quick"]
     cmd += ["--expect-threads", "1", "--perf", NO_PERF, "--out", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent))
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{CPU_FLAGS_ENV: ",".join(flags)})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), proc.stderr, flags, out
@@ -172,17 +166,29 @@ def test_quick_unsupported_precision_is_skipped_with_note(request, cpu):
     assert not [r for r in c["roofs"] if r["precision"] == "tf32"]
 
 
-def test_bf16_is_skipped_through_the_flag_detection_on_a_cpu_without_it(monkeypatch):
-    """Whatever this host has: its CPU facts are replaced by an AVX2-only CPU's."""
-    from dnnroofline.measure import envinfo
+def test_bf16_is_measured_or_skipped_as_the_flag_detection_says(cpu_flags, monkeypatch):
+    """In-process, under each set of flags (DNNROOFLINE_CPU_FLAGS), whatever this host
+    has: the decision, with the timed kernels replaced (the quick CLI above times them)."""
+    timed = []
 
-    real = envinfo.cpu_info()
-    monkeypatch.setattr(envinfo, "cpu_info", lambda: {**real, "flags_all": ["avx", "avx2", "fma"]})
+    def fake_compute(device, precision, **_kw):
+        timed.append(precision)
+        return {"kind": "compute", "precision": precision, "source": "measured", "value": 1e9}
+
+    monkeypatch.setattr(cl, "measure_compute", fake_compute)
+    monkeypatch.setattr(cl, "measure_memory", lambda *_a, **_kw: [])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     c = cl.build_ceilings("local", "cpu", ["fp32", "bf16"], quick=True, expect_threads=1)
-    assert [s["precision"] for s in c["skipped"]] == ["bf16"]
-    assert "AVX512_BF16 or AMX" in c["skipped"][0]["reason"]
-    assert {r["precision"] for r in c["roofs"] if r["kind"] == "compute"} == {"fp32"}
+    datasheet = [r for r in c["roofs"] if r["source"] == "datasheet"]
+    if has_bf16(cpu_flags):
+        assert timed == ["fp32", "bf16"] and c["skipped"] == []
+        if datasheet:  # where the clock is known: bf16 at twice fp32's rate (AVX512_BF16)
+            assert [r["inputs"]["isa"].startswith("avx512_bf16") for r in datasheet] == [
+                False, True]  # fmt: skip
+    else:
+        assert timed == ["fp32"] and [s["precision"] for s in c["skipped"]] == ["bf16"]
+        assert "AVX512_BF16 or AMX" in c["skipped"][0]["reason"]
+        assert [r["precision"] for r in datasheet] in ([], ["fp32"])
 
 
 def test_the_written_file_gives_the_pipeline_its_roofs(quick_ceilings):
@@ -378,20 +384,23 @@ def test_a_gpu_tries_several_gemm_shapes_and_cudnn_layouts():
     assert any(kw.get("channels_last") for kw in convs) and any(kw.get("backward") for kw in convs)
 
 
-def test_a_repeat_lasts_at_least_min_repeat_s_however_short_one_call_is():
+def test_a_repeat_lasts_at_least_min_repeat_s_however_short_one_call_is(monkeypatch):
+    """On a clock that moves one tick per call: the warm-up runs for min_warmup_s, one call
+    sizes the repeats, and each repeat lasts min_repeat_s."""
+    clock, tick = FakeClock(), 2.0**-10  # about 1 ms, exact in binary
+    monkeypatch.setattr(ck, "time", clock.module())
     calls = []
 
-    def one_ms():
-        calls.append(time.perf_counter())
-        time.sleep(0.001)
+    def one_tick():
+        calls.append(clock.now)
+        clock.advance(tick)
 
-    times, inner = ck.time_repeats(
-        "cpu", one_ms, warmup=1, reps=3, min_reps=3, min_repeat_s=0.02, min_warmup_s=0.05
-    )
-    assert 8 <= inner <= 25  # about 20 calls of ~1 ms make a 20 ms repeat
-    assert len(times) == 3 and all(0.0009 < t < 0.005 for t in times)  # seconds per call
-    warm = len(calls) - 1 - 3 * inner  # warm-up, one call to size the repeats, 3 repeats
-    assert calls[warm - 1] - calls[0] >= 0.04  # the warm-up ran for min_warmup_s
+    times, inner = ck.time_repeats("cpu", one_tick, warmup=1, reps=3, min_reps=3,
+                                   min_repeat_s=20 * tick, min_warmup_s=50 * tick)  # fmt: skip
+    assert inner == 20  # a 20-tick repeat of 1-tick calls
+    assert times == [tick] * 3  # seconds per call
+    assert len(calls) == 50 + 1 + 3 * 20  # warm-up to min_warmup_s, the sizing call, repeats
+    assert calls[50] == 50 * tick  # the sizing call came once the warm-up had lasted 50 ticks
 
 
 def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_gap(

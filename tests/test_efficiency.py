@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_flags import has_bf16
 
 from dnnroofline.errors import InputError
 from dnnroofline.model import efficiency_tables as et
@@ -288,32 +289,54 @@ def test_scaled_for_gpu_scales_the_h100_memory_roof_to_the_h200s(h100_ceilings):
 
 
 @pytest.fixture(scope="module")
-def quick_sweep(tmp_path_factory):
-    """The quick ceilings of this CPU (fp32), then the efficiency CLI in quick mode on them."""
+def quick_sweep(tmp_path_factory, module_cpu_flags):
+    """The quick ceilings of this CPU in fp32 and bf16, then the efficiency CLI in quick
+    mode on them, asked for both: once under each set of CPU flags (tests/cpu_flags.py),
+    which both see, so the sweep finds a roof for each precision the ceilings measured."""
     from dnnroofline.measure.ceilings import build_ceilings
 
     tmp = tmp_path_factory.mktemp("eff")
     os.environ["OMP_NUM_THREADS"] = "1"
-    ceilings = build_ceilings("local", "cpu", ["fp32"], quick=True, expect_threads=1)
+    ceilings = build_ceilings("local", "cpu", ["fp32", "bf16"], quick=True, expect_threads=1)
     (tmp / "ceilings.json").write_text(json.dumps(ceilings))
     out = tmp / "results" / "local" / "efficiency.json"
     cmd = [sys.executable, str(SCRIPT), "--env", "local", "--device", "cpu", "--precisions",
-           "fp32", "--ceilings", str(tmp / "ceilings.json"), "--quick", "--no-cache",
+           "fp32", "bf16", "--ceilings", str(tmp / "ceilings.json"), "--quick", "--no-cache",
            "--expect-threads", "1", "--out", str(out)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(out.read_text()), ceilings
+    return json.loads(out.read_text()), ceilings, module_cpu_flags, proc.stderr
+
+
+def test_the_quick_sweep_measures_bf16_where_the_cpu_runs_it_and_says_why_not_elsewhere(
+    quick_sweep,
+):
+    eff, ceilings, flags, stderr = quick_sweep
+    if has_bf16(flags):
+        assert list(eff["tables"]) == ["fp32", "bf16"] and eff["skipped"] == []
+        assert set(eff["tables"]["bf16"]) == set(TABLE_KEYS)
+        bf16 = roofline.select_roof(roofline.parse_roofs(ceilings), "compute", "bf16").value
+        assert eff["roofs"]["compute"]["bf16"] == bf16
+    else:
+        assert list(eff["tables"]) == ["fp32"]
+        assert [s["precision"] for s in eff["skipped"]] == ["bf16"]
+        assert "AVX512_BF16 or AMX" in eff["skipped"][0]["reason"]
+        assert "efficiency: skipped bf16: cpu: bf16 on CPU needs AVX512_BF16" in stderr
+        assert "bf16" not in eff["roofs"]["compute"]
 
 
 def test_the_quick_sweep_writes_every_table_as_shares_of_the_measured_roofs(quick_sweep):
-    eff, ceilings = quick_sweep
+    eff, ceilings = quick_sweep[:2]
     assert eff["source"] == "sweep" and eff["env"] == "local" and eff["device"] == "cpu"
     assert eff["schema_version"] == 2 and eff["cache"] == {"hit": False, "kept": False}
     roofs = roofline.parse_roofs(ceilings)
     compute = roofline.select_roof(roofs, "compute", "fp32").value
     memory = roofline.select_roof(roofs, "memory").value
-    assert eff["roofs"] == {"compute": {"fp32": compute}, "memory": memory}
+    assert eff["roofs"] == {
+        "compute": {p: roofline.select_roof(roofs, "compute", p).value for p in eff["tables"]},
+        "memory": memory,
+    }
     assert set(eff["tables"]["fp32"]) == set(TABLE_KEYS)
     for rows in eff["tables"]["fp32"].values():
         assert rows == sorted(rows, key=lambda r: r["ideal_s"])
@@ -342,7 +365,8 @@ def test_the_quick_sweep_measures_the_hosts_costs(quick_sweep):
 def test_every_sweep_row_has_its_classes_inventory_features_and_its_flops(quick_sweep):
     from dnnroofline.model.shape_features import feature_vector
 
-    for key, rows in quick_sweep[0]["tables"]["fp32"].items():
+    tables = quick_sweep[0]["tables"]
+    for key, rows in [(k, rows) for t in tables.values() for k, rows in t.items()]:
         for r in rows:  # the fit reads a row as it reads an op of the step
             feature_vector(key, r["shape"], r["phase"], r["ideal_s"], r["flops"], r["bytes"])
             s = r["shape"]
@@ -356,7 +380,7 @@ def test_every_sweep_row_has_its_classes_inventory_features_and_its_flops(quick_
                 assert r["flops"] == 2 * s.get("batch", 1) * s["m"] * s["n"] * s["k"]
 
 
-def test_the_sweep_draws_over_ranges_seeded(quick_sweep):
+def test_the_sweep_draws_over_ranges_seeded():
     from dnnroofline.measure import sweep_ops
 
     draw = sweep_ops.Draw(random.Random("fp32"), sweep_ops.RANGES["quick"])

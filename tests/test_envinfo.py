@@ -259,7 +259,8 @@ def test_parse_size():
     assert envinfo._parse_size("garbage") is None
 
 
-def test_cpu_info_is_consistent():
+def test_cpu_info_is_consistent(monkeypatch):
+    monkeypatch.delenv(study_config.CPU_FLAGS_ENV)  # this CPU's own flags, for once
     cpu = envinfo.cpu_info()
     assert cpu["cores_logical"] == psutil.cpu_count(logical=True)
     assert 1 <= cpu["cores_physical"] <= cpu["cores_logical"]
@@ -270,6 +271,16 @@ def test_cpu_info_is_consistent():
         text = Path("/proc/cpuinfo").read_text()
         for flag in ("avx2", "avx512f", "fma"):
             assert (flag in cpu["flags"]) == (f" {flag} " in text.replace("\n", " ") + " "), flag
+
+
+def test_cpu_info_takes_its_flags_from_the_one_detection_and_says_so(monkeypatch):
+    monkeypatch.setenv(study_config.CPU_FLAGS_ENV, "avx2,fma,amx_bf16,made_up")
+    cpu = envinfo.cpu_info()
+    assert cpu["flags_all"] == ["amx_bf16", "avx2", "fma", "made_up"]
+    assert cpu["flags"] == ["avx2", "fma", "amx_bf16"]  # FLAGS_OF_INTEREST's order
+    assert cpu["source"].endswith("; flags from DNNROOFLINE_CPU_FLAGS")
+    monkeypatch.setenv(study_config.CPU_FLAGS_ENV, "none")
+    assert envinfo.cpu_info()["flags"] == []
 
 
 def test_visible_filter_follows_cuda_visible_devices(monkeypatch):

@@ -10,11 +10,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from cpu_flags import has_bf16
+from fake_clock import FakeClock
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure import train, train_config
@@ -124,20 +125,25 @@ def assert_the_check_leaves_the_runtime_out(rec):
     assert point["peak_memory_source"] == RSS_ABOVE_RUNTIME and not point["peak_memory_note"]
 
 
-def test_cli_bf16_on_cpu_runs(tmp_path, monkeypatch):
-    """On a CPU with AVX512_BF16, through its flag detection (this one may lack it)."""
-    import dnnroofline.study.config
-
-    flags = ["avx2", "avx512f", "avx512_bf16"]
-    monkeypatch.setattr(dnnroofline.study.config, "detect_cpu_flags", lambda: flags)
+def test_bf16_on_cpu_runs_where_the_cpu_has_it_and_is_refused_where_not(
+    tmp_path, capsys, monkeypatch, cpu_flags
+):
+    """Through the driver's flag detection (DNNROOFLINE_CPU_FLAGS), under each set of
+    flags, whatever this host has. In-process: the driver sets torch's threads."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "run.json"
     threads = torch.get_num_threads()
-    try:  # in-process, so that the fake detection holds; the driver sets torch's threads
+    try:
         argv = [*TINY, *SHORT, "--backend", "cpu", "--precision", "bf16"]
         rc = train.main([*argv, "--out", str(out)])
     finally:
         torch.set_num_threads(threads)
+    if not has_bf16(cpu_flags):
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert "--precision 'bf16' is not supported on backend 'cpu' here" in err
+        assert "needs AVX512_BF16 or AMX" in err and not out.exists()
+        return
     assert rc == 0
     rec = json.loads(out.read_text())
     assert_ok_timings(rec, iters=3, batch=2)
@@ -154,18 +160,6 @@ def test_precision_unsupported_on_cpu_is_refused(tmp_path, capsys, precision):
     err = capsys.readouterr().err
     assert f"--precision '{precision}'" in err and "backend 'cpu'" in err
     assert not out.exists()
-
-
-def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path, capsys, monkeypatch):
-    import dnnroofline.study.config
-
-    monkeypatch.setattr(dnnroofline.study.config, "detect_cpu_flags", lambda: ["avx2", "avx512f"])
-    out = tmp_path / "run.json"
-    argv = [*TINY, "--backend", "cpu", "--precision", "bf16", "--out", str(out)]
-    assert train.main(argv) == 2
-    err = capsys.readouterr().err
-    assert "--precision 'bf16' is not supported on backend 'cpu' here" in err
-    assert "needs AVX512_BF16 or AMX" in err and not out.exists()
 
 
 def test_cli_amp_on_cpu_exits_2(tmp_path):
@@ -522,17 +516,20 @@ def _resolved(**overrides):
     )
 
 
-def test_timed_loop_splits_data_wait_from_compute():
+def test_timed_loop_splits_data_wait_from_compute(monkeypatch):
+    """On a clock that only the batches and the steps move: each split exactly."""
+    clock, batch_s, step_s = FakeClock(), 2.0**-8, 2.0**-7  # about 4 and 8 ms, exact
+    monkeypatch.setattr(train, "time", clock.module())
     calls = {"batch": 0, "step": 0}
 
     def next_batch():
         calls["batch"] += 1
-        time.sleep(0.004)
+        clock.advance(batch_s)
         return None, None
 
     def step(_x, _y):
         calls["step"] += 1
-        time.sleep(0.008)
+        clock.advance(step_s)
 
     setup = train.Setup(
         resolved=_resolved(), model=None, optimizer=None, step=step,
@@ -540,13 +537,12 @@ def test_timed_loop_splits_data_wait_from_compute():
     )  # fmt: skip
     times = train.timed_loop(setup, warmup_iters=2, iters=5)
     assert calls == {"batch": 7, "step": 7}
-    assert len(times.step_s) == len(times.data_wait_s) == len(times.compute_s) == 5
-    assert min(times.data_wait_s) >= 0.004 and max(times.data_wait_s) < 0.008 + 0.05
-    assert min(times.compute_s) >= 0.008
-    for s, d, c in zip(times.step_s, times.data_wait_s, times.compute_s, strict=True):
-        assert s == pytest.approx(d + c)
-    assert sum(times.step_s) == pytest.approx(times.timed_wall_s)
-    assert times.warmup_s >= 2 * 0.012
+    assert times.data_wait_s == [batch_s] * 5
+    assert times.compute_s == [step_s] * 5
+    assert times.step_s == [batch_s + step_s] * 5
+    assert times.timed_wall_s == 5 * (batch_s + step_s)
+    assert times.warmup_s == 2 * (batch_s + step_s)
+    assert times.first_step_s == batch_s + step_s
     assert times.timer == "perf_counter"
 
 

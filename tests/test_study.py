@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from cpu_flags import has_bf16
 
 from dnnroofline.errors import InputError
 from dnnroofline.study.config import Study, alternation
@@ -134,13 +135,40 @@ def test_cpu_bf16_needs_avx512_bf16_or_amx():
     assert {r.precision for r in study.runs(["other"])} == {"fp32", "bf16"}
 
 
-def test_detect_cpu_flags_reads_cpuinfo(tmp_path):
-    from dnnroofline.study.config import detect_cpu_flags
+def test_detect_cpu_flags_reads_cpuinfo(tmp_path, monkeypatch):
+    from dnnroofline.study.config import CPU_FLAGS_ENV, detect_cpu_flags
 
+    monkeypatch.delenv(CPU_FLAGS_ENV)  # set for every test (tests/cpu_flags.py)
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
     assert detect_cpu_flags(str(info)) == ["fpu", "avx512f", "avx512_bf16"]
     assert detect_cpu_flags(str(tmp_path / "none")) is None
+
+
+def test_dnnroofline_cpu_flags_replaces_the_cpus_flags(tmp_path, monkeypatch):
+    from dnnroofline.study.config import CPU_FLAGS_ENV, detect_cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
+    monkeypatch.setenv(CPU_FLAGS_ENV, " AVX2, fma ")
+    assert detect_cpu_flags(str(info)) == ["avx2", "fma"]
+    monkeypatch.setenv(CPU_FLAGS_ENV, "None")  # a CPU without any flag: bf16 is refused
+    assert detect_cpu_flags(str(info)) == []
+    for bad, named in (("", "''"), ("avx2,,fma", "''"), ("avx2 fma", "'avx2 fma'")):
+        monkeypatch.setenv(CPU_FLAGS_ENV, bad)
+        with pytest.raises(InputError, match=rf"^DNNROOFLINE_CPU_FLAGS=.*: {named} is no CPU flag"):
+            detect_cpu_flags(str(info))
+
+
+def test_the_study_on_this_machine_judges_bf16_by_the_detected_flags(cpu_flags):
+    config = make_config(precisions=["fp32", "bf16"])
+    config["envs"]["local"]["device"] = "cpu"  # the flags decide, on any machine
+    if has_bf16(cpu_flags):
+        study = Study.here(config, known_models=MODELS, cpu_count=8)
+        assert {r.precision for r in study.runs()} == {"fp32", "bf16"}
+    else:
+        with pytest.raises(InputError, match="'bf16' is not supported on env 'local'"):
+            Study.here(config, known_models=MODELS, cpu_count=8)
 
 
 def _env_config(**options):

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dnnroofline.errors import InputError
+from dnnroofline.study.config import CPU_FLAGS_ENV, detect_cpu_flags
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -214,8 +215,14 @@ def cpu_info() -> dict:
 
     info, source = _cpuinfo_fast()
     arch = platform.machine()
-    flags = {f.lower() for f in info.get("flags", [])}
-    if arch.lower() in ("aarch64", "arm64") or "asimd" in flags:
+    # the project's one flag detection (it honours DNNROOFLINE_CPU_FLAGS); py-cpuinfo's
+    # where it has none (no /proc/cpuinfo)
+    detected = detect_cpu_flags()
+    flags = {f.lower() for f in (info.get("flags", []) if detected is None else detected)}
+    overridden = CPU_FLAGS_ENV in os.environ  # then its list alone, even on Arm
+    if overridden:
+        source += f"; flags from {CPU_FLAGS_ENV}"
+    if "asimd" in flags or (arch.lower() in ("aarch64", "arm64") and not overridden):
         flags.add("neon")  # NEON (ASIMD) is mandatory on ARMv8-A
     clock, clock_source = max_clock_hz(info)
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1

@@ -73,8 +73,42 @@ def warmup_shortfall(warmup_iters: int, compile_mode: str | None) -> str | None:
     return None
 
 
+#: Replaces the CPU's flags wherever the project reads them (detect_cpu_flags).
+CPU_FLAGS_ENV = "DNNROOFLINE_CPU_FLAGS"
+#: The value of CPU_FLAGS_ENV for a CPU without any flag.
+NO_CPU_FLAGS = "none"
+
+
+def cpu_flags_override() -> list[str] | None:
+    """The flags ``DNNROOFLINE_CPU_FLAGS`` gives, lower-cased; None where it is unset.
+
+    A comma-separated list of flags as ``/proc/cpuinfo`` spells them (``avx2,fma,
+    avx512f``), or ``none`` for a CPU without any; anything else is refused, naming it."""
+    value = os.environ.get(CPU_FLAGS_ENV)
+    if value is None:
+        return None
+    if value.strip().lower() == NO_CPU_FLAGS:
+        return []
+    flags = [f.strip().lower() for f in value.split(",")]
+    bad = [f for f in flags if not re.fullmatch(r"[a-z0-9_]+", f)]
+    if bad:
+        raise InputError(
+            f"{CPU_FLAGS_ENV}={value!r}: {bad[0]!r} is no CPU flag; give a comma-separated "
+            f"list such as 'avx2,fma,avx512_bf16', {NO_CPU_FLAGS!r} for a CPU without any, "
+            "or unset it for this CPU's own flags"
+        )
+    return flags
+
+
 def detect_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
-    """This CPU's flags from ``/proc/cpuinfo`` (no torch import); None where unreadable."""
+    """This CPU's flags (no torch import): ``DNNROOFLINE_CPU_FLAGS`` where it is set
+    (:func:`cpu_flags_override`), else ``/proc/cpuinfo``'s; None where unreadable.
+
+    The one place the project reads the CPU's flags: the study's precision checks, the
+    driver's, and the ceilings' and efficiency sweep's (through ``envinfo.cpu_info``)."""
+    override = cpu_flags_override()
+    if override is not None:
+        return override
     try:
         with open(cpuinfo) as fh:
             for line in fh:
