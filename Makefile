@@ -1,4 +1,5 @@
-# The two commands of the README: `make study` and `make test`; `make lock` rewrites the locks.
+# The two commands of the README: `make study` and `make test` (`make check`: its fast
+# lane); `make lock` rewrites the locks.
 VENV ?= .venv
 CORES ?= all
 PYTHON ?= python3
@@ -6,7 +7,7 @@ BIN := $(abspath $(VENV))/bin
 # Stages run `python`: put the venv first on PATH for every recipe.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help study test lint setup setup-dev gpu-check gpu-tests gpu-wheels gpu-lease lock clean
+.PHONY: help study test check lint setup setup-dev gpu-check gpu-tests gpu-wheels gpu-lease lock clean
 .DEFAULT_GOAL := help
 
 # The locks: every package with its exact version and hashes, for CPython 3.11 on Linux
@@ -72,6 +73,14 @@ study: setup
 TEST_WORKERS ?= 2
 test: setup-dev
 	python -m pytest -q -n $(TEST_WORKERS)
+
+## The fast lane, before a commit (about 3 minutes on a 2-core host): make lint, then the
+## unit and script tests on TEST_WORKERS processes, leaving out those that run the
+## workflow or a real study, start Slurm or open a browser (pytest markers workflow,
+## slurm, browser). make test runs them all.
+CHECK_TESTS := not (workflow or slurm or browser)
+check: lint
+	python -m pytest -q -n $(TEST_WORKERS) -m "$(CHECK_TESTS)"
 
 ## Quality gates (also run by the test suite).
 lint: setup-dev

@@ -335,6 +335,8 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, out
 
 
+@pytest.mark.slurm  # starts its daemons (munge, MariaDB, slurmctld, slurmd)
+@pytest.mark.workflow
 def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
     """The tiny study through profiles/slurm; meanwhile (the Slurm run mostly waits on its
     jobs) the same config runs here, and an env whose nodes are not what it declares is
@@ -399,6 +401,8 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
     assert not (wrong / WRONG_TARGET).exists()
 
 
+@pytest.mark.slurm  # starts its daemons (munge, MariaDB, slurmctld, slurmd)
+@pytest.mark.workflow
 def test_bad_slurm_input_is_refused_before_any_job(slurm, tmp_path):
     before = len(sacct_jobs())
     cases = [
@@ -420,6 +424,8 @@ def test_bad_slurm_input_is_refused_before_any_job(slurm, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slurm  # starts its daemons (munge, MariaDB, slurmctld, slurmd)
+@pytest.mark.workflow
 def test_the_one_machine_example_plans_on_the_local_slurm(slurm, tmp_path):
     """docs/cluster.md's try-it-on-one-machine lines: the default config plus the example."""
     shutil.copytree(ROOT / "config", tmp_path / "config")

@@ -108,6 +108,7 @@ def test_a_bad_plan_stops_the_command_before_anything_runs(tiny, tmp_path):
 # ---------------------------------------------------------------- the lease
 
 
+@pytest.mark.workflow  # its first group runs the workflow
 def test_a_real_lease_runs_the_first_group_skips_one_over_budget_and_packs(tiny, tmp_path):
     workdir, config = tiny
     plan = write_plan(

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 H100_NCU = ROOT / "examples" / "h100" / "results" / "h100" / "ncu"
 
 
-def test_run_ids_and_paths_are_spelled_in_one_place():
+def test_a_runs_key_id_and_paths_are_the_identity_functions_spelling():
     run = Run("gcp_l4", "mobilenet_v2", "bf16", 32, 2)
     assert run.config_key == config_key("gcp_l4", "mobilenet_v2", "bf16", 32)
     assert run.run_id == run_id("gcp_l4", "mobilenet_v2", "bf16", 32, 2)

@@ -161,8 +161,8 @@ def test_plain_make_lists_the_targets_and_builds_nothing(tmp_path):
     listed = re.findall(r"^make ([a-z-]+)$", proc.stdout, re.M)
     assert listed[:2] == ["study", "test"]  # the README's two commands first
     assert set(listed) == {
-        "study", "test", "gpu-check", "gpu-wheels", "gpu-lease", "lint", "setup", "setup-dev",
-        "help", "lock", "clean",
+        "study", "test", "check", "gpu-check", "gpu-wheels", "gpu-lease", "lint", "setup",
+        "setup-dev", "help", "lock", "clean",
     }  # fmt: skip
     # each with its own text, from the ## lines above it (gpu-wheels: variables between)
     assert "make study\n    The default study on this machine" in proc.stdout

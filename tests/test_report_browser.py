@@ -42,6 +42,7 @@ LOCAL_URL = re.compile(r"^(file|data|blob|about):")
 
 pytestmark = [
     pytest.mark.workflow,
+    pytest.mark.browser,
     pytest.mark.skipif(
         not HAVE_CHROMIUM and not IN_CI,
         reason=f"no chromium at {CHROMIUM} (apt-get install chromium; .ci/run installs it)",
