@@ -74,11 +74,11 @@ TEST_WORKERS ?= 2
 test: setup-dev
 	python -m pytest -q -n $(TEST_WORKERS)
 
-## The fast lane, before a commit (about 3 minutes on a 2-core host): make lint, then the
+## The fast lane, before a commit (under 3 minutes on a 2-core host): make lint, then the
 ## unit and script tests on TEST_WORKERS processes, leaving out those that run the
-## workflow or a real study, start Slurm or open a browser (pytest markers workflow,
-## slurm, browser). make test runs them all.
-CHECK_TESTS := not (workflow or slurm or browser)
+## workflow or a real study, start Slurm, open a browser or build code or a venv (pytest
+## markers workflow, slurm, browser, build). make test runs them all.
+CHECK_TESTS := not (workflow or slurm or browser or build)
 check: lint
 	python -m pytest -q -n $(TEST_WORKERS) -m "$(CHECK_TESTS)"
 

@@ -133,6 +133,7 @@ def _wheels(
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.build
 def test_gpu_wheels_turn_a_pure_sdist_into_a_wheel_and_leave_out_torch_and_the_installed(
     tmp_path,
 ):
@@ -161,6 +162,7 @@ def test_gpu_wheels_turn_a_pure_sdist_into_a_wheel_and_leave_out_torch_and_the_i
     ]
 
 
+@pytest.mark.build
 def test_gpu_wheels_bring_a_machine_package_only_where_it_breaks_a_bound(tmp_path):
     # tinyapp caps tinycap below the machine's 2.0 (brought at the locked 1.0), while the
     # machine's tinyfloor 5.0 meets tinyapp's floor (left out); tinyextra only an extra needs

@@ -170,6 +170,7 @@ def test_plain_make_lists_the_targets_and_builds_nothing(tmp_path):
     assert "make lock\n    Rewrite the locks" in proc.stdout
 
 
+@pytest.mark.build
 def test_wheels_venv_sees_the_packages_of_a_python_that_is_itself_a_venv(tmp_path):
     # a GPU image's python is often a venv (/opt/torch/.venv): --system-site-packages alone
     # gives the base interpreter's packages, not that venv's torch

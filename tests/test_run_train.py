@@ -675,6 +675,7 @@ TINY_FACTORY = [
 ]
 
 
+@pytest.mark.build
 def test_cli_compile_records_first_step_apart_from_steady_state(tmp_path, monkeypatch):
     # a tiny conv net at 8 px: torch.compile on CPU takes ~15 s on 2 cores
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "data" / "models"))
