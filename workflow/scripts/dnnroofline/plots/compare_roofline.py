@@ -154,6 +154,25 @@ def _marker(models: list[str], model: str) -> str:
     return MODEL_MARKERS[models.index(model) % len(MODEL_MARKERS)] if model in models else "o"
 
 
+def _point(ax, ai: float, flops: float, marker: str, gid: str, zorder: int, **style) -> None:
+    """One end of a pair, or a point in one study only: a marker at (ai, flops)."""
+    ax.plot(
+        [ai],
+        [flops],
+        linestyle="none",
+        marker=marker,
+        markersize=POINT_MARKER_PT,
+        gid=gid,
+        zorder=zorder,
+        **style,
+    )
+
+
+def _key(label: str, **style) -> Line2D:
+    """A legend entry for a kind of point: a round marker in ``style``."""
+    return Line2D([], [], linestyle="none", marker="o", label=label, **style)
+
+
 def other_ai_source(r) -> bool:
     """A pair whose two AIs come from different sources (ncu against analytic): its move
     along the AI axis is the method's, not the code's."""
@@ -170,18 +189,10 @@ def _draw_pairs(ax, pairs: Pairs, models: list[str]) -> dict[str, int]:
         method = other_ai_source(r)
         counts["ai-source"] = counts.get("ai-source", 0) + method
         marker = _marker(models, r.model)
-        ax.plot(
-            [r.ai_base],
-            [r.flops_base],
-            linestyle="none",
-            marker=marker,
-            markersize=POINT_MARKER_PT,
-            markerfacecolor="none",
-            markeredgecolor=color,
-            markeredgewidth=1.2,
-            gid=_gid("baseline", r),
-            zorder=5,
-        )
+        _point(
+            ax, r.ai_base, r.flops_base, marker, _gid("baseline", r), 5,
+            markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.2,
+        )  # fmt: skip
         arrow = ax.annotate(
             "",
             xy=(r.ai, r.attained_flops),
@@ -206,35 +217,19 @@ def _draw_pairs(ax, pairs: Pairs, models: list[str]) -> dict[str, int]:
             fontsize=6.5,
             color="0.3",
         )
-        ax.plot(
-            [r.ai],
-            [r.attained_flops],
-            linestyle="none",
-            marker=marker,
-            markersize=POINT_MARKER_PT,
-            color=color,
-            markeredgecolor="0.15",
-            markeredgewidth=0.6,
-            gid=_gid("current", r),
-            zorder=6,
-        )
+        _point(
+            ax, r.ai, r.attained_flops, marker, _gid("current", r), 6,
+            color=color, markeredgecolor="0.15", markeredgewidth=0.6,
+        )  # fmt: skip
     for kind, frame, face in (
         ("only-current", pairs.current_only, ONLY_COLOR),
         ("only-baseline", pairs.baseline_only, "none"),
     ):
         for r in frame.itertuples(index=False):
-            ax.plot(
-                [r.ai],
-                [r.attained_flops],
-                linestyle="none",
-                marker=_marker(models, r.model),
-                markersize=POINT_MARKER_PT,
-                markerfacecolor=face,
-                markeredgecolor=ONLY_COLOR,
-                markeredgewidth=1.0,
-                gid=_gid(kind, r),
-                zorder=5,
-            )
+            _point(
+                ax, r.ai, r.attained_flops, _marker(models, r.model), _gid(kind, r), 5,
+                markerfacecolor=face, markeredgecolor=ONLY_COLOR, markeredgewidth=1.0,
+            )  # fmt: skip
         counts[kind] = len(frame)
     return counts
 
@@ -251,18 +246,8 @@ def _legend(ax, models: list[str], counts: Mapping[str, int]) -> None:
         for m in models
     ]
     ends = [
-        Line2D(
-            [],
-            [],
-            linestyle="none",
-            marker="o",
-            markerfacecolor="none",
-            markeredgecolor="0.3",
-            label="baseline (arrow's tail)",
-        ),
-        Line2D(
-            [], [], linestyle="none", marker="o", color="0.3", label="this study (arrow's head)"
-        ),
+        _key("baseline (arrow's tail)", markerfacecolor="none", markeredgecolor="0.3"),
+        _key("this study (arrow's head)", color="0.3"),
     ]
     if counts.get("ai-source"):
         ends.append(
@@ -275,27 +260,10 @@ def _legend(ax, models: list[str], counts: Mapping[str, int]) -> None:
             )
         )
     if counts.get("only-current"):
-        ends.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                color=ONLY_COLOR,
-                label="in this study only (no baseline point)",
-            )
-        )
+        ends.append(_key("in this study only (no baseline point)", color=ONLY_COLOR))
     if counts.get("only-baseline"):
         ends.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                markerfacecolor="none",
-                markeredgecolor=ONLY_COLOR,
-                label="in the baseline only",
-            )
+            _key("in the baseline only", markerfacecolor="none", markeredgecolor=ONLY_COLOR)
         )
     roofs = [
         Line2D([], [], color="0.2", linestyle=LINESTYLES[s], label=f"{s} peak (this study)")
