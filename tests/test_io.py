@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from dnnroofline.io import atomic_path, read_json, write_json_atomic
+from dnnroofline.io import atomic_path, dig, read_json, write_json_atomic
 
 
 def test_write_json_round_trip_with_plain_file_mode(tmp_path):
@@ -44,3 +44,14 @@ def test_read_json_names_the_file_and_line(tmp_path):
         read_json(bad)
     with pytest.raises(InputError, match=r"missing.json: cannot read"):
         read_json(tmp_path / "missing.json")
+
+
+def test_dig_reads_a_key_path_and_is_none_where_a_level_is_missing():
+    ncu = {"totals": {"flop": {"total": 12.0}, "bytes": None}, "kernels": [1]}
+    assert dig(ncu, "totals", "flop", "total") == 12.0
+    assert dig(ncu, "totals", "flop") == {"total": 12.0}
+    assert dig(ncu) is ncu
+    assert dig(ncu, "totals", "bytes", "dram") is None  # a null block
+    assert dig(ncu, "kernels", "0") is None  # a list is no object
+    assert dig(ncu, "absent", "flop") is None
+    assert dig(None, "totals") is None

@@ -3,6 +3,9 @@
 Every unit the report prints is here, once: decimal prefixes (1 MB = 10^6 B),
 '–' for a missing value. :data:`FILTERS` registers them in the template
 environment (``{{ x | bytes }}``); Python code calls the functions directly.
+
+Also the value checks every stage shares: :func:`finite_number`, :func:`positive_number`,
+:func:`isnum`, :func:`missing`, :func:`to_bool`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,26 @@ import numpy as np
 import pandas as pd
 
 
+def finite_number(x: Any) -> float | None:
+    """A finite float, or None for null, NaN, infinities, booleans and non-numbers."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def positive_number(x: Any) -> float | None:
+    """A finite float above zero, else None (a count or time that must be > 0)."""
+    v = finite_number(x)
+    return v if v is not None and v > 0 else None
+
+
 def isnum(x: Any) -> bool:
     """A finite number (bools, None, NaN and strings that are not numbers are not)."""
-    if x is None or isinstance(x, bool):
-        return False
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
+    return finite_number(x) is not None
 
 
 def missing(x: Any) -> bool:

@@ -1,6 +1,6 @@
-"""Atomic output: write to a temporary file in the same folder, then rename.
-
-A job killed half-way never leaves a truncated file that looks finished.
+"""JSON files in and out. Output is atomic: write to a temporary file in the same
+folder, then rename, so a job killed half-way never leaves a truncated file that looks
+finished. :func:`dig` reads a value deep in parsed JSON that may lack any level.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +63,13 @@ def read_json(path: str | os.PathLike) -> Any:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a key is missing or a level is not an object
+    (parsed JSON of any stage, where an optional block may be absent or null)."""
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj

@@ -21,8 +21,7 @@ import pandas as pd
 from dnnroofline.aggregate import compare, compare_where
 from dnnroofline.aggregate.metrics import METRICS_DTYPES, run_row
 from dnnroofline.errors import InputError
-from dnnroofline.io import atomic_path, read_json
-from dnnroofline.ncu.kernels import dig
+from dnnroofline.io import atomic_path, dig, read_json
 from dnnroofline.study.baseline import Baseline, check_run_schema, metrics_header
 
 #: The six files compare_studies.py writes into --outdir, with their columns.

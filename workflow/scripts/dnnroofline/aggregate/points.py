@@ -63,9 +63,9 @@ from dnnroofline.aggregate.inputs import (
 )
 from dnnroofline.aggregate.metrics import GROUP_KEYS, group_summary, sorted_frame
 from dnnroofline.errors import InputError
+from dnnroofline.io import dig
 from dnnroofline.measure.perf import PERF_PRECISIONS
 from dnnroofline.model import busy_share, roofline, traffic
-from dnnroofline.ncu.kernels import dig
 from dnnroofline.study.identity import complexity_path, config_key
 
 POINTS_COLUMNS = [

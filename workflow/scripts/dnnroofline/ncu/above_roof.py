@@ -19,13 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dnnroofline.formatting import positive_number
 from dnnroofline.model import roofline
-from dnnroofline.ncu.kernels import (
-    class_precision,
-    kernel_path,
-    positive_number,
-    short_name,
-)
+from dnnroofline.ncu.kernels import class_precision, kernel_path, short_name
 
 #: At most this many kernels are named on the per-kernel plot (all are in the lists).
 NAMED_ON_PLOT = 3

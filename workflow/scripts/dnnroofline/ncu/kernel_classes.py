@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from dnnroofline.ncu.kernels import dig, finite_number
+from dnnroofline.formatting import finite_number
+from dnnroofline.io import dig
 
 #: Kernel classes by name, first match wins. Winograd's batched GEMM has a plain GEMM's
 #: name: :func:`kernel_classes` places it by its neighbours.

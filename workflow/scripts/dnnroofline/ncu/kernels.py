@@ -32,7 +32,6 @@ mistakes a cache roof for a DRAM one.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +40,8 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.formatting import finite_number, positive_number
+from dnnroofline.io import dig
 from dnnroofline.model import roofline
 from dnnroofline.ncu.hierarchy import step_levels
 from dnnroofline.ncu.parse import NCU_THEORETICAL
@@ -61,30 +62,6 @@ PATH_LABELS = {
 #: Marker area (pt^2) per unit share of kernel time, and the smallest area drawn.
 AREA_PER_SHARE = 1500.0
 MIN_AREA = 6.0
-
-
-def finite_number(x: Any) -> float | None:
-    """A finite float, or None for null, NaN, booleans and non-numbers."""
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def positive_number(x: Any) -> float | None:
-    v = finite_number(x)
-    return v if v is not None and v > 0 else None
-
-
-def dig(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
 
 
 def ncu_status(ncu: Mapping) -> tuple[str, str | None]:

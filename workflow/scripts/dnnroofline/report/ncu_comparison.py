@@ -15,17 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 
 from dnnroofline.aggregate.inputs import key_by_identity
-from dnnroofline.formatting import fmt_ai, fmt_bytes, fmt_gflop, fmt_pct, fmt_time, sig
+from dnnroofline.formatting import (
+    finite_number,
+    fmt_ai,
+    fmt_bytes,
+    fmt_gflop,
+    fmt_pct,
+    fmt_time,
+    positive_number,
+    sig,
+)
+from dnnroofline.io import dig
 from dnnroofline.model import busy_share, traffic
 from dnnroofline.ncu.above_roof import summary_line
 from dnnroofline.ncu.kernel_classes import totals_by_kernel_class
-from dnnroofline.ncu.kernels import (
-    dig,
-    finite_number,
-    kernel_points,
-    ncu_status,
-    positive_number,
-)
+from dnnroofline.ncu.kernels import kernel_points, ncu_status
 from dnnroofline.report.render import section
 from dnnroofline.study.identity import Identity, complexity_path, ncu_path
 from dnnroofline.study.precisions import PRECISIONS, TENSOR_PRECISIONS
