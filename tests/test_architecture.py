@@ -1,9 +1,13 @@
 """The package's shape, enforced: imports only go down the stages, no import cycles,
-short functions and modules, entry scripts without sys.path tricks (issue 27).
+no private name (``_name``) used across modules, short functions and modules, entry
+scripts without sys.path tricks (issue 27, issue 38).
 
-The stages, lowest first (a module may import its own subpackage and any earlier one):
-base (the modules directly in dnnroofline/) < study < model < measure < ncu < aggregate
-< plots < report. Lazy imports inside functions count too.
+The stages, lowest first (a module may import its own subpackage and any stage below
+it): base (the modules directly in dnnroofline/) < study < model < {measure, ncu} <
+aggregate < {plots, report}. The braces are siblings, independent of each other: the
+runs and the ncu captures are measured apart, and the plots and the report both read
+aggregate's tables; neither of a pair imports the other. Lazy imports inside functions
+count too.
 
 Each check is a function of source text, unit-tested below on small planted violations,
 then run on the real tree.
@@ -21,7 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"
 PACKAGE = SCRIPTS / "dnnroofline"
 
-LAYERS = ("base", "study", "model", "measure", "ncu", "aggregate", "plots", "report")
+#: Each stage and the stages directly below it; what it may import is their closure.
+STAGES_BELOW = {
+    "base": (),
+    "study": ("base",),
+    "model": ("study",),
+    "measure": ("model",),
+    "ncu": ("model",),
+    "aggregate": ("measure", "ncu"),
+    "plots": ("aggregate",),
+    "report": ("aggregate",),
+}
+LAYERS = tuple(STAGES_BELOW)
+#: Pairs of stages at the same height that never import each other.
+SIBLINGS = (("measure", "ncu"), ("plots", "report"))
 MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 700
 
@@ -51,6 +68,31 @@ def layer_of(module: str) -> str:
     return "base"
 
 
+def may_import(stages_below: Mapping[str, tuple[str, ...]] = STAGES_BELOW) -> dict[str, set]:
+    """Each stage and every stage below it, itself included (the closure of ``stages_below``)."""
+    allowed: dict[str, set] = {}
+
+    def closure(stage: str) -> set:
+        if stage not in allowed:
+            allowed[stage] = {stage}.union(*(closure(lower) for lower in stages_below[stage]))
+        return allowed[stage]
+
+    for stage in stages_below:
+        closure(stage)
+    return allowed
+
+
+def resolve_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from X import ...`` names, a relative one resolved against
+    this module's package."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    anchor = package[: len(package) - (node.level - 1)]
+    return ".".join(anchor + ([base] if base else []))
+
+
 def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> list[tuple]:
     """``[(line, imported dnnroofline module)]`` of every import in the source, lazy ones
     inside functions included. ``from pkg import name`` counts as importing
@@ -60,11 +102,7 @@ def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> l
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against this module's package
-                package = module.split(".") if is_package else module.split(".")[:-1]
-                anchor = package[: len(package) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
+            base = resolve_from(node, module, is_package)
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
                 found.append((node.lineno, candidate if candidate in known else base))
@@ -72,19 +110,54 @@ def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> l
 
 
 def upward_imports(modules: Mapping[str, list[tuple]]) -> list[str]:
-    """An import into a later stage, or from a base module into any subpackage."""
+    """An import into a stage that is not below the importer's: a later one, a sibling,
+    or from a base module into any subpackage."""
+    allowed = may_import()
     bad = []
     for module, imports in modules.items():
-        rank = LAYERS.index(layer_of(module))
         for line, target in imports:
             if target == "dnnroofline":
                 continue  # the package root holds only its docstring and version
-            if LAYERS.index(layer_of(target)) > rank:
+            if layer_of(target) not in allowed[layer_of(module)]:
                 bad.append(
                     f"{module}:{line} imports {target} ({layer_of(module)} may not import "
                     f"{layer_of(target)})"
                 )
     return bad
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(source: str, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """Every private name (``_name``, dunders aside) of another dnnroofline module that the
+    source uses: ``from X import _name``, and ``X._name`` where ``X`` is a module it
+    imported (``from pkg import X``, ``import X as y``, ``import dnnroofline.X``)."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # a local name -> the dnnroofline module it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in known:
+                    modules[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_from(node, module, is_package)
+            if base.split(".")[0] != "dnnroofline":
+                continue
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    modules[alias.asname or alias.name] = f"{base}.{alias.name}"
+                elif is_private(alias.name) and base != module:
+                    found.append(f"line {node.lineno}: from {base} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            owner = ast.unparse(node.value)
+            owner = modules.get(owner, owner)
+            if owner in known and owner != module:
+                found.append(f"line {node.lineno}: {owner}.{node.attr}")
+    return sorted(found, key=lambda text: int(text.split(":")[0].split()[1]))
 
 
 def import_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
@@ -189,6 +262,41 @@ def test_every_package_module_is_in_a_stage():
 
 def test_imports_only_go_down_the_stages():
     found = upward_imports(package_imports())
+    assert not found, "\n".join(found)
+
+
+def test_siblings_are_declared_independent():
+    allowed = may_import()
+    for one, other in SIBLINGS:
+        assert other not in allowed[one] and one not in allowed[other], (one, other)
+    # Everything else keeps the old order: each stage may import every earlier stage
+    # of LAYERS except its sibling.
+    siblings = {frozenset(pair) for pair in SIBLINGS}
+    for rank, stage in enumerate(LAYERS):
+        expected = {s for s in LAYERS[: rank + 1] if frozenset((s, stage)) not in siblings}
+        assert allowed[stage] == expected, stage
+
+
+def test_siblings_never_import_each_other():
+    found = [
+        f"{module}:{line} imports {target}"
+        for module, imports in package_imports().items()
+        for line, target in imports
+        for pair in SIBLINGS
+        if target != "dnnroofline" and {layer_of(module), layer_of(target)} == set(pair)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_no_private_name_used_across_modules():
+    known = set(package_modules())
+    found = [
+        f"{path.relative_to(ROOT)} {use}"
+        for path in sorted(SCRIPTS.rglob("*.py"))
+        for use in private_imports(
+            path.read_text(), module_name(path), path.name == "__init__.py", known
+        )
+    ]
     assert not found, "\n".join(found)
 
 
@@ -337,3 +445,58 @@ def test_path_tricks_are_found():
     )
     assert path_tricks(source) == ["line 2: sys.path", "line 3: noqa: E402"]
     assert path_tricks("import sys\nfrom dnnroofline import io\nprint(sys.argv)\n") == []
+
+
+def test_sibling_import_is_found_either_way():
+    modules = {
+        "dnnroofline.ncu.parse": [(3, "dnnroofline.measure.train"), (4, "dnnroofline.io")],
+        "dnnroofline.plots.kernels": [(7, "dnnroofline.report.data")],
+        "dnnroofline.report.data": [(9, "dnnroofline.plots.roofline")],
+        "dnnroofline.aggregate.points": [(2, "dnnroofline.ncu.parse")],
+    }
+    assert upward_imports(modules) == [
+        "dnnroofline.ncu.parse:3 imports dnnroofline.measure.train (ncu may not import measure)",
+        "dnnroofline.plots.kernels:7 imports dnnroofline.report.data (plots may not import report)",
+        "dnnroofline.report.data:9 imports dnnroofline.plots.roofline "
+        "(report may not import plots)",
+    ]
+
+
+def test_may_import_is_the_closure_of_the_stages_below():
+    allowed = may_import({"low": (), "left": ("low",), "right": ("low",), "top": ("left", "right")})
+    assert allowed == {
+        "low": {"low"},
+        "left": {"left", "low"},
+        "right": {"right", "low"},
+        "top": {"top", "left", "right", "low"},
+    }
+
+
+def test_private_imports_are_found_in_every_form():
+    known = KNOWN | {"dnnroofline.report.render"}
+    source = (
+        "import dnnroofline.io\n"
+        "import dnnroofline.study.config as cfg\n"
+        "from dnnroofline.report.data import _rows, public, __version__\n"
+        "from dnnroofline.measure import train\n"
+        "from . import render\n"
+        "from ._private_mod import thing\n"
+        "from torch.optim.optimizer import _get_foreach\n"
+        "def later():\n"
+        "    from ..io import _tmp\n"
+        "    return train._stderr, cfg._KEYS, dnnroofline.io._x, render._gid, os._exit\n"
+    )
+    found = private_imports(source, "dnnroofline.report.sections", False, known)
+    assert found == [
+        "line 3: from dnnroofline.report.data import _rows",
+        "line 9: from dnnroofline.io import _tmp",
+        "line 10: dnnroofline.measure.train._stderr",
+        "line 10: dnnroofline.study.config._KEYS",
+        "line 10: dnnroofline.io._x",
+        "line 10: dnnroofline.report.render._gid",
+    ]
+
+
+def test_private_names_of_the_module_itself_are_its_own():
+    source = "from dnnroofline.report.data import _rows\nfrom dnnroofline.io import read_json\n"
+    assert private_imports(source, "dnnroofline.report.data", False, KNOWN) == []

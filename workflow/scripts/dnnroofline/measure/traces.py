@@ -243,7 +243,7 @@ def trace(
     resolved: Resolved,
     trace_out: str,
     top: int = DEFAULT_TOP,
-    progress: train.ProgressFn | None = train._stderr,
+    progress: train.ProgressFn | None = train.progress_to_stderr,
 ) -> dict[str, Any]:
     """Run the step with the profiler on ``resolved.cfg.iters`` steps after warm-up; write
     the trace; return the record (train.run's, plus ``trace`` and ``table``). A crash or
@@ -380,11 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return ddp.rank_main(
                     resolved,
                     args.out,
-                    train._stderr,
+                    train.progress_to_stderr,
                     lambda r, say: trace_rank(r, args.trace_out, args.top, say),
                 )
             record = trace_data_parallel(
-                resolved, argv, args.trace_out, args.table_out, train._stderr
+                resolved, argv, args.trace_out, args.table_out, train.progress_to_stderr
             )
         else:
             record = trace(resolved, args.trace_out, args.top)

@@ -502,7 +502,8 @@ def timed_loop(
 # --------------------------------------------------------------------------- one run
 
 
-def _stderr(msg: str) -> None:
+def progress_to_stderr(msg: str) -> None:
+    """The run driver's progress line, on stderr (the trace driver reports through it too)."""
     print(f"[run_train] {msg}", file=sys.stderr, flush=True)
 
 
@@ -583,7 +584,7 @@ def _time_steps(
 
 def run(
     resolved: Resolved,
-    progress: ProgressFn | None = _stderr,
+    progress: ProgressFn | None = progress_to_stderr,
     instrument: Instrument | None = None,
 ) -> dict[str, Any]:
     """Set up, warm up and time one run; return the run record (never raises for a
@@ -653,13 +654,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         resolved = validate(cfg)
         if cfg.rank is not None:
-            return ddp.rank_main(resolved, args.out, _stderr, _rank_run)
+            return ddp.rank_main(resolved, args.out, progress_to_stderr, _rank_run)
         if cfg.nproc > 1:
-            _stderr(
+            progress_to_stderr(
                 f"{cfg.arch} {cfg.precision} bs{cfg.batch_size} x {cfg.nproc} processes "
                 f"on {resolved.backend}"
             )
-            record = ddp.launch(new_record(resolved), argv, cfg.nproc, resolved.threads, _stderr)
+            record = ddp.launch(
+                new_record(resolved), argv, cfg.nproc, resolved.threads, progress_to_stderr
+            )
             if record.get("device_name") is None:  # no rank got far enough to say
                 record["device_name"] = cpu_model() if resolved.backend == "cpu" else None
         else:
@@ -668,5 +671,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"run_train.py: error: {exc}", file=sys.stderr)
         return 2
     write_json_atomic(args.out, record)
-    _stderr(f"wrote {args.out} (status {record['status']})")
+    progress_to_stderr(f"wrote {args.out} (status {record['status']})")
     return 0

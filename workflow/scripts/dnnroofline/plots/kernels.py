@@ -58,9 +58,9 @@ from dnnroofline.plots.roof_artists import (
 )
 from dnnroofline.plots.roof_labels import Box, Marker, compute_roof_labels, si
 from dnnroofline.plots.roofline import (
-    _RC,
-    _gid,
+    SVG_RC,
     above_roof_handle,
+    artist_gid,
     decade_limits,
     draw_above_roof_ring,
     log_axes,
@@ -129,7 +129,7 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
             x_end,
             color=LEVEL_COLORS[level],
             source=source,
-            gid=_gid("roof", env, "memory", level, source),
+            gid=artist_gid("roof", env, "memory", level, source),
             label=text,
             label_x=diag.x,
             label_dy=dy,
@@ -156,7 +156,7 @@ def _compute_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacle
             xhi,
             color=precision_color(prec),
             source=source,
-            gid=_gid("roof", env, "compute", prec, source),
+            gid=artist_gid("roof", env, "compute", prec, source),
             label=labels[(prec, source, peak)].text,
             label_dy=label_dy[(prec, source, peak)],
         )
@@ -287,7 +287,9 @@ def _draw_levels(ax, point: HierarchicalPoint, roofs: Roofs, markers, spots) -> 
     y = point.attained_flops
     if len(markers) > 1:
         xs = [x for x, _, _ in markers.values()]
-        ax.plot(xs, [y] * len(xs), color="0.5", linewidth=0.8, gid=_gid("hier", *tag), zorder=4)
+        ax.plot(
+            xs, [y] * len(xs), color="0.5", linewidth=0.8, gid=artist_gid("hier", *tag), zorder=4
+        )
     n_above = 0
     for lv, (ai, _, marker) in markers.items():
         ax.plot(
@@ -299,14 +301,14 @@ def _draw_levels(ax, point: HierarchicalPoint, roofs: Roofs, markers, spots) -> 
             color=LEVEL_COLORS[lv],
             markeredgecolor="0.1",
             markeredgewidth=0.6,
-            gid=_gid("point", *tag, lv),
+            gid=artist_gid("point", *tag, lv),
             zorder=5,
         )
         draw_point_label(ax, ai, y, marker, spots[lv])
         r = hierarchical_roof_at(roofs, point.precision, lv, ai)
         if r is not None and roofline.is_above_roof(y, r):
             n_above += 1
-            draw_above_roof_ring(ax, ai, y, _gid("above-roof", *tag, lv))
+            draw_above_roof_ring(ax, ai, y, artist_gid("above-roof", *tag, lv))
     return list(markers), n_above
 
 
@@ -404,7 +406,7 @@ def plot_hierarchical(
         f"Hierarchical roofline: {point.env} {point.model} {point.precision} "
         f"bs{point.batch} (ncu counts)"
     )
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = log_axes(fig, title, AXIS_Y_STEP, xlim, ylim, fontsize=10)
         markers = _level_markers(point)
@@ -415,7 +417,9 @@ def plot_hierarchical(
         levels_drawn, n_above = _draw_levels(ax, point, roofs, markers, spots)
         tag = (point.env, point.model, point.precision, f"bs{point.batch}")
         for i, lv in enumerate(lv for lv in LEVELS if lv in point.unmeasurable):
-            _unmeasurable_note(ax, lv, point.unmeasurable[lv], i, _gid("unmeasurable", *tag, lv))
+            _unmeasurable_note(
+                ax, lv, point.unmeasurable[lv], i, artist_gid("unmeasurable", *tag, lv)
+            )
         _hierarchical_legend(ax, point, roofs, mem, n_above)
         save_figure(fig, out_png, out_svg)
     return {
@@ -479,7 +483,7 @@ def _draw_kernels(ax, pts, roofs: Roofs, precision: str, beats: set[int]) -> tup
     sizes: dict[str, float] = {}
     n_above = 0
     for p in sorted(pts, key=lambda p: -p.area):
-        gid = _gid("kernel", p.index)
+        gid = artist_gid("kernel", p.index)
         (line,) = ax.plot(
             [p.ai],
             [p.flops_rate],
@@ -496,12 +500,14 @@ def _draw_kernels(ax, pts, roofs: Roofs, precision: str, beats: set[int]) -> tup
         sizes[gid] = line.get_markersize()
         if roofline.is_above_roof(p.flops_rate, kernel_roof_at(roofs, p.ai, p.path, precision)):
             n_above += 1
-            draw_above_roof_ring(ax, p.ai, p.flops_rate, _gid("above-roof", "kernel", p.index))
+            draw_above_roof_ring(
+                ax, p.ai, p.flops_rate, artist_gid("above-roof", "kernel", p.index)
+            )
         if p.index in beats:
             ax.plot(
                 [p.ai],
                 [p.flops_rate],
-                gid=_gid("above-measured-roof", "kernel", p.index),
+                gid=artist_gid("above-measured-roof", "kernel", p.index),
                 zorder=6,
                 **_BEATS_MEASURED_RING,
             )
@@ -602,7 +608,7 @@ def plot_kernels(
     ridges = [s[3] for s in comp_specs] + [max_peak / bw for bw in dram.values()]
     ys = [p.flops_rate for p in pts] + [s[2] for s in comp_specs]
     xlim, ylim = decade_limits([p.ai for p in pts] + ridges, ys)
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = log_axes(fig, title, AXIS_Y_KERNEL, xlim, ylim, fontsize=10)
         markers = _kernel_markers(pts)

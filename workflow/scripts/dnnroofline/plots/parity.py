@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dnnroofline.aggregate.check import METHODS
-from dnnroofline.plots.roofline import save_figure
+from dnnroofline.plots.roofline import SVG_RC, save_figure
 
 #: The band drawn around y = x: predictions within ±10% of the measurement.
 BAND = 0.10
@@ -44,7 +44,6 @@ AXIS_Y = "Predicted step time, ms"
 #: The columns drawn, in seconds; the axes show milliseconds.
 COLUMNS = ("measured_step_s", "predicted_step_s")
 MS = 1e3
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
 
 
 def _positive(value: object) -> float | None:
@@ -131,7 +130,7 @@ def plot_parity(
 ) -> dict[str, int]:
     """Write the parity plot (SVG, PNG where asked); ``{method: points drawn}``."""
     rows = list(rows)
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = parity_figure(rows)
         save_figure(fig, out_png, out_svg)
     return {m: len(p) for m, p in parity_pairs(rows).items()}

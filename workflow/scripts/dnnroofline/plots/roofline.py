@@ -77,7 +77,9 @@ _SPARE_COLORS = ["tab:cyan", "tab:pink", "tab:gray", "black"]  # never red: red 
 MODEL_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p"]
 ENV_FILLSTYLES = ["full", "none", "left", "bottom", "right", "top"]
 ENV_LINESTYLES = ["-", "--", ":", "-."]
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
+#: rc settings every static plot draws under: SVG text stays text, and the SVG ids are the
+#: same on every run (a fixed hash salt), so a plot rebuilt from the same data is unchanged.
+SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
 
 
 def precision_color(precision: str) -> str:
@@ -87,7 +89,9 @@ def precision_color(precision: str) -> str:
     return _SPARE_COLORS[sum(map(ord, p)) % len(_SPARE_COLORS)]
 
 
-def _gid(*parts: object) -> str:
+def artist_gid(*parts: object) -> str:
+    """The SVG id of a plotted artist: its parts joined by '-', spaces made '_' (the ids
+    listed at the top of this module, by which tests and browsers find an artist)."""
     return "-".join(str(p).replace(" ", "_") for p in parts)
 
 
@@ -279,7 +283,7 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
             x_end,
             color="0.2",
             source=msrc,
-            gid=_gid("roof", env, "memory", msrc),
+            gid=artist_gid("roof", env, "memory", msrc),
             label=label.text if env == label.envs[0] else None,
             label_x=diag.x,
             label_dy=mem_dy[(msrc, bw)],
@@ -295,7 +299,7 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
             xhi,
             color=color,
             source=source,
-            gid=_gid("roof", p.env, "compute", prec, source),
+            gid=artist_gid("roof", p.env, "compute", prec, source),
             label=roof_labels[key].text if p.env == roof_labels[key].envs[0] else None,
             label_dy=roof_dy[key],
         )
@@ -307,7 +311,7 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
             color=color,
             markeredgecolor="0.2",
             linestyle="none",
-            gid=_gid("ridge", p.env, prec, source),
+            gid=artist_gid("ridge", p.env, prec, source),
             zorder=3,
         )
     return xhi, roof_label_boxes + diag.bounds
@@ -324,7 +328,7 @@ def _draw_sweeps(ax, pts: pd.DataFrame) -> None:
                 color=precision_color(prec),
                 linewidth=0.8,
                 alpha=0.4,
-                gid=_gid("sweep", env, model, prec),
+                gid=artist_gid("sweep", env, model, prec),
                 zorder=4,
             )
 
@@ -343,7 +347,7 @@ def _draw_point(ax, r, marker: str, fill: str, color: str) -> None:
         markeredgecolor=color if fill == "none" else "0.15",
         markeredgewidth=1.2 if fill == "none" else 0.6,
         fillstyle=fill,
-        gid=_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
+        gid=artist_gid("point", r.env, r.model, r.precision, f"bs{int(r.batch_size)}"),
         zorder=5,
     )
 
@@ -370,14 +374,16 @@ def _draw_points(ax, pts, batch_markers, label_boxes, env_fill, model_marker) ->
                 solid_capstyle="butt",
                 marker="|",
                 markersize=7,
-                gid=_gid("ai-range", *tag),
+                gid=artist_gid("ai-range", *tag),
                 zorder=4.5,
             )
         _draw_point(ax, r, model_marker[r.model], env_fill.get(r.env, "full"), color)
         draw_point_label(ax, r.ai, r.attained_flops, marker, spot)
         if to_bool(r.above_roof):
             n_above += 1
-            draw_above_roof_ring(ax, r.ai, r.attained_flops, _gid("above-roof", *tag), zorder=6)
+            draw_above_roof_ring(
+                ax, r.ai, r.attained_flops, artist_gid("above-roof", *tag), zorder=6
+            )
     if not len(pts):
         ax.text(
             0.5,
@@ -502,7 +508,7 @@ def plot_roofline(
     env_fill = env_fill if combined else {}
     models = sorted(pts["model"].unique()) if len(pts) else []
     model_marker = {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(models)}
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = Figure(figsize=(10.5, 6.5))
         ax = log_axes(fig, title, AXIS_Y, xlim, ylim)
         batch_markers = batch_label_markers(pts)
@@ -547,9 +553,9 @@ def _throughput_line(ax, ok: pd.DataFrame, env: str, model: str, prec: str, line
         capsize=3,
         linewidth=1.5,
     )
-    cont.lines[0].set_gid(_gid("throughput", env, model, prec))
+    cont.lines[0].set_gid(artist_gid("throughput", env, model, prec))
     for coll in cont.lines[2]:
-        coll.set_gid(_gid("errorbar", env, model, prec))
+        coll.set_gid(artist_gid("errorbar", env, model, prec))
 
 
 def _failed_marks(ax, batches, env: str, model: str, prec: str) -> int:
@@ -564,7 +570,7 @@ def _failed_marks(ax, batches, env: str, model: str, prec: str) -> int:
             markersize=7,
             color=ABOVE_ROOF_COLOR,
             linestyle="none",
-            gid=_gid("failed", env, model, prec, f"bs{int(b)}"),
+            gid=artist_gid("failed", env, model, prec, f"bs{int(b)}"),
             clip_on=False,
         )
     return len(batches)
@@ -631,7 +637,7 @@ def plot_throughput(
     ncols = max(1, min(3, len(models)))
     nrows = max(1, math.ceil(len(models) / ncols))
     n_lines = n_failed = 0
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = Figure(figsize=(4.3 * ncols + 2.2, 3.5 * nrows + 0.6), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         legend_handles: dict[str, Line2D] = {}
