@@ -38,6 +38,7 @@ from dnnroofline.plots.roofline import (
     AXIS_Y,
     MODEL_MARKERS,
     POINT_MARKER_PT,
+    SVG_RC,
     batch_label_markers,
     decade_limits,
     draw_roofs,
@@ -60,7 +61,6 @@ VERDICT_LABELS = {
 }
 ONLY_COLOR = "0.6"
 KEY = ["env", "model", "precision", "batch"]
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def plot_compare_roofline(
         }
     )
     totals: dict[str, int] = {}
-    with rc_context(_RC):
+    with rc_context(SVG_RC):
         fig = Figure(figsize=(10.5, 5.5 * max(1, len(envs))))
         fig.suptitle(f"Before and after: {label} -> this study", fontsize=11)
         for i, env in enumerate(envs):
