@@ -62,6 +62,7 @@ localrules:
     ncu_vs_analytic,
     trace_section,
     report_sections,
+    cluster_attempts,
     plot_roofline_env,
     plot_roofline_all,
     plot_interactive_env,

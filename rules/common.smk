@@ -47,6 +47,8 @@ try:
     # a cluster job re-reads this file on its node: the submitting host checked the models
     on_node = workflow.remote_exec or workflow.subprocess_exec
     STUDY = jobs.load_study(config, check_models=not on_node, cluster_cpus=CLUSTER_CPUS)
+    # the study's Slurm jobs that did not complete, from sacct (the report lists them)
+    ATTEMPTS = None if on_node else slurm.cluster_attempts(config, os.getcwd())
     COPIED = find_copied_envs(config["envs"], STUDY.measure_envs, check_copied_env)
 except InputError as err:
     raise WorkflowError(str(err)) from None

@@ -17,6 +17,8 @@ rule report_sections:
         predictions="results/predictions.csv",
         prediction_check="results/prediction_check.csv",
         parity="results/plots/prediction_parity.svg",
+        # on Slurm: the jobs that did not complete (cancelled, timed out, ...)
+        cluster_attempts=[] if ATTEMPTS is None else "results/cluster_attempts.csv",
     output:
         # one page per section of dnnroofline.report.SECTIONS, captioned by report/{name}.rst
         **{
@@ -37,6 +39,7 @@ rule report_sections:
     params:
         script=entry_script("write_report_sections.py"),
         outdir=output_dir(SECTION_NAMES[0]),
+        attempts=optional_files_flag("cluster_attempts"),
     shell:
         logged(
             "python {params.script} --config {input.config} --metrics {input.metrics} "
@@ -45,5 +48,20 @@ rule report_sections:
             "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
             "--lock {input.lock} --predictions {input.predictions} "
             "--prediction-check {input.prediction_check} --parity {input.parity} "
-            "--outdir {params.outdir}"
+            "{params.attempts} --outdir {params.outdir}"
         )
+
+
+# Read from sacct when the Snakefile is parsed (rules/common.smk's ATTEMPTS): a new
+# failed job changes the params, which re-runs this rule and the report.
+rule cluster_attempts:
+    output:
+        "results/cluster_attempts.csv",
+    log:
+        "results/logs/cluster_attempts.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        attempts=ATTEMPTS or [],
+    script:
+        "../workflow/scripts/write_cluster_attempts.py"

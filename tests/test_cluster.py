@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -321,18 +322,22 @@ def metrics_rows(workdir: Path) -> list[tuple]:
 
 
 def start_snakemake(workdir: Path, *args) -> subprocess.Popen:
-    """workflow_helpers.snakemake, in the background."""
+    """workflow_helpers.snakemake, in the background. Its output goes to a file, not a
+    pipe: a pipe that nobody reads while the test waits fills, and blocks Snakemake."""
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg")
-    return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by finish()
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log = log
+    return proc
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
     """Wait for start_snakemake's process: its exit status and output."""
-    out = proc.communicate(timeout=600)[0]
-    return proc.returncode, out
+    proc.wait(timeout=600)
+    with proc.log:
+        proc.log.seek(0)
+        return proc.returncode, proc.log.read()
 
 
 @pytest.mark.slurm  # starts its daemons (munge, MariaDB, slurmctld, slurmd)

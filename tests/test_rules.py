@@ -15,6 +15,8 @@ import yaml
 from snakemake.utils import validate
 from test_conda_envs import ROOT, rule_blocks
 
+from dnnroofline.study import cluster
+
 RULE_FILES = sorted((ROOT / "rules").glob("*.smk"))
 SCHEMA = ROOT / "config" / "schema.yaml"
 
@@ -273,6 +275,8 @@ def commands_the_workflow_runs_when_parsed(tmp_path, cluster: str | None) -> lis
     (spy / "sitecustomize.py").write_text(SUBPROCESS_SPY)
     (spy / "bin" / "sinfo").write_text("#!/bin/sh\necho 'debug|4|(null)|(null)'\n")
     (spy / "bin" / "sinfo").chmod(0o755)
+    (spy / "bin" / "sacct").write_text("#!/bin/sh\n")  # no job of this study yet
+    (spy / "bin" / "sacct").chmod(0o755)
     config = {
         "envs": {"local": {"device": "cpu", "threads": 1, "slurm": {"partition": "debug"}}},
         "study": {"models": ["resnet18"], "precisions": ["fp32"], "batch_sizes": [2], "runs": 1},
@@ -301,4 +305,8 @@ def commands_the_workflow_runs_when_parsed(tmp_path, cluster: str | None) -> lis
 def test_no_command_runs_when_the_workflow_is_parsed_unless_on_slurm(tmp_path):
     assert commands_the_workflow_runs_when_parsed(tmp_path / "here", cluster=None) == []
     on_slurm = commands_the_workflow_runs_when_parsed(tmp_path / "slurm", cluster="slurm")
-    assert on_slurm == [["sinfo", "-h", "-N", "-o", "%R|%c|%G|%f"]]
+    # sinfo checks the envs' slurm blocks, sacct finds the study's failed jobs (the report's)
+    assert on_slurm == [
+        ["sinfo", "-h", "-N", "-o", "%R|%c|%G|%f"],
+        ["sacct", "-X", "-n", "-P", "-S", "now-90days", "-o", cluster.SACCT_FORMAT],
+    ]

@@ -9,6 +9,7 @@
         [--predictions results/predictions.csv] \\
         [--prediction-check results/prediction_check.csv] \\
         [--parity results/plots/prediction_parity.svg] \\
+        [--cluster-attempts results/cluster_attempts.csv] \\
         --outdir results/report_sections
 
 Writes one page per report section (``dnnroofline.report.SECTIONS``, e.g. design.html)
@@ -21,7 +22,8 @@ per-step time distribution of every run to the measurement section. ``--lock``
 (the hashed lock file) makes the reproducibility section compare each env's
 installed package versions (env_info.json ``packages``) with it. ``--predictions``,
 ``--prediction-check`` and ``--parity`` (the model's files) fill the model section;
-without them it says there is nothing to show yet.
+without them it says there is nothing to show yet. ``--cluster-attempts`` (a study on
+Slurm) lists its jobs that did not complete in the analysis section.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictions", help="results/predictions.csv (the model section)")
     ap.add_argument("--prediction-check", help="results/prediction_check.csv")
     ap.add_argument("--parity", help="results/plots/prediction_parity.svg")
+    ap.add_argument(
+        "--cluster-attempts", help="results/cluster_attempts.csv: Slurm jobs that did not complete"
+    )
     ap.add_argument("--outdir", required=True, help="folder for the section pages")
     args = ap.parse_args(argv)
 
@@ -134,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             else None
         )
         parity = _read_text(args.parity, "--parity") if args.parity else None
+        attempts = (
+            _load_csv(args.cluster_attempts, "--cluster-attempts")
+            if args.cluster_attempts
+            else None
+        )
         lock = None
         if args.lock:
             try:
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         predictions=predictions,
         prediction_check=check,
         parity_svg=parity,
+        cluster_attempts=attempts,
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

@@ -27,9 +27,11 @@ def facts(
     ceilings: Mapping | Sequence | None = None,
     expected_runs: Any = None,
     runs: Sequence[Mapping] | None = None,
+    cluster_attempts: pd.DataFrame | None = None,
 ) -> dict:
     """Per-point diagnosis, cross-model/env/batch comparisons (compiled and data-parallel
-    envs against their counterparts included), failed and missing runs."""
+    envs against their counterparts included), failed and missing runs, and on Slurm the
+    jobs that did not complete (``cluster_attempts``; None: not a Slurm study)."""
     m, pts, cx, env_infos, ceilings = data.prepared(
         metrics, points, complexity, env_infos, ceilings
     )
@@ -44,6 +46,7 @@ def facts(
         "memory": memory.facts(config, m, cx, env_infos),
         "points": [point(r, pts, tp, cx, config, env_infos, ceilings) for r in data.records(pts)],
         "failed": data.records(failed),
+        "attempts": None if cluster_attempts is None else data.records(cluster_attempts),
         "n_expected": len(expected),
         "missing": [
             {**e, "here": data.measured_here(e.get("env") or "?", e, config, env_infos)}

@@ -71,6 +71,7 @@ BUILDERS: dict[str, Callable[[dict], str]] = {
         i["ceilings"],
         i["expected_runs"],
         i["runs"],
+        i["cluster_attempts"],
     ),
     "reproducibility": lambda i: reproducibility_section(
         i["config"],
@@ -101,11 +102,12 @@ def all_sections(
     predictions: pd.DataFrame | None = None,
     prediction_check: pd.DataFrame | None = None,
     parity_svg: str | None = None,
+    cluster_attempts: pd.DataFrame | None = None,
 ) -> dict[str, str]:
     """``{filename: html}`` for the report sections (``runs``: run JSONs, optional;
     ``benchmarks``: Snakemake benchmark records, optional; ``lock``: requirements.lock's
     pins, optional; ``predictions``, ``prediction_check`` and ``parity_svg``: the model's
-    files, optional)."""
+    files, optional; ``cluster_attempts``: results/cluster_attempts.csv, on Slurm)."""
     inputs = {
         "config": config,
         "metrics": metrics,
@@ -121,5 +123,6 @@ def all_sections(
         "predictions": predictions,
         "prediction_check": prediction_check,
         "parity_svg": parity_svg,
+        "cluster_attempts": cluster_attempts,
     }
     return {section_file(name): BUILDERS[name](inputs) for name in SECTION_NAMES}

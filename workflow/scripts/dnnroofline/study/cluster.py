@@ -9,6 +9,7 @@ slurm``). Every check here runs before any job is submitted.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -331,6 +332,62 @@ def parse_sacct(text: str) -> list[dict]:
             }
         )
     return jobs
+
+
+# sacct's states of a job that did not complete: ended by Slurm (scancel, a lost node,
+# its time limit, ...) or by its own error (FAILED). COMPLETED, PENDING, RUNNING,
+# REQUEUED and the like are not failed attempts.
+ENDED_STATES = frozenset(
+    {"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY"}
+    | {"PREEMPTED", "TIMEOUT"}
+)
+#: results/cluster_attempts.csv's columns (docs/contracts.md)
+ATTEMPT_COLUMNS = ("job_id", "rule", "wildcards", "state", "partition", "start", "end")
+# how far back sacct looks for the study's jobs
+SACCT_SINCE = "now-90days"
+
+
+def failed_attempts(jobs: list[dict], workdir: str | os.PathLike) -> list[dict]:
+    """The study's Slurm jobs that did not complete: those of :func:`parse_sacct`'s
+    ``jobs`` submitted by the executor (a rule in the comment) from ``workdir`` and
+    ended in one of ENDED_STATES, by job id, as ATTEMPT_COLUMNS rows."""
+    here = os.path.realpath(workdir)
+    return [
+        {key: job["id"] if key == "job_id" else job[key] for key in ATTEMPT_COLUMNS}
+        for job in sorted(jobs, key=lambda j: j["id"])
+        if job["rule"] and job["state"] in ENDED_STATES and os.path.realpath(job["workdir"]) == here
+    ]
+
+
+def run_sacct(since: str = SACCT_SINCE, timeout_s: float = 60) -> str:
+    """This user's jobs since ``since`` as ``sacct -X -n -P -o SACCT_FORMAT`` prints them
+    (times in Unix seconds); InputError when sacct is missing or fails (the executor
+    plugin needs it too: Slurm's accounting must be on)."""
+    cmd = ["sacct", "-X", "-n", "-P", "-S", since, "-o", SACCT_FORMAT]
+    env = dict(os.environ, SLURM_TIME_FORMAT="%s")
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, timeout=timeout_s, env=env
+        )
+    except FileNotFoundError:
+        raise InputError(
+            "config cluster: slurm, but this host has no sacct: run the study from a "
+            "host of the Slurm cluster (a login node)"
+        ) from None
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+        detail = (getattr(err, "stderr", None) or str(err)).strip()
+        raise InputError(f"config cluster: slurm, but sacct failed: {detail}") from None
+    return out.stdout
+
+
+def cluster_attempts(
+    config: Mapping, workdir: str | os.PathLike, sacct: Callable[[], str] = run_sacct
+) -> list[dict] | None:
+    """The failed Slurm attempts of this folder's study (:func:`failed_attempts`) for
+    results/cluster_attempts.csv; None off Slurm, where no sacct is run."""
+    if not is_slurm(config):
+        return None
+    return failed_attempts(parse_sacct(sacct()), workdir)
 
 
 def executor_mismatch(executor: str, config: Mapping) -> str | None:
