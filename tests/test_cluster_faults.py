@@ -68,6 +68,12 @@ def test_failed_attempts_are_the_folders_rule_jobs_that_did_not_complete():
     assert cluster.failed_attempts(cluster.parse_sacct(SACCT), "/nowhere") == []
 
 
+def test_the_attempts_columns_are_the_documented_ones():
+    from test_aggregate import contract_columns
+
+    assert contract_columns("results/cluster_attempts.csv") == list(cluster.ATTEMPT_COLUMNS)
+
+
 def test_cluster_attempts_runs_sacct_only_on_slurm():
     def no_sacct():
         raise AssertionError("sacct run off Slurm")
