@@ -389,7 +389,10 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
     assert len(spans) == 2 and spans[0][1] <= spans[1][0], spans
 
     # the same files and rows as the same config run here, and the report builds
-    assert outputs(on_slurm) == outputs(here)
+    # and on Slurm the list of jobs that did not complete: none
+    assert outputs(on_slurm) == sorted([*outputs(here), "cluster_attempts.csv"])
+    attempts = (on_slurm / "results" / "cluster_attempts.csv").read_text()
+    assert attempts == ",".join(cluster.ATTEMPT_COLUMNS) + "\n"
     assert metrics_rows(on_slurm) == metrics_rows(here)
     assert {r[-1] for r in metrics_rows(on_slurm)} == {"ok"}
     snakemake(on_slurm, "--workflow-profile", PROFILE, "--report", "results/report.html")

@@ -106,7 +106,8 @@ def test_the_report_lists_the_jobs_that_did_not_complete():
 # ---------------------------------------------------------------- a real Slurm
 
 # one CPU env, two timed runs of one point: one is cancelled, the other must still run.
-# 300 iterations keep a run's job RUNNING for seconds, long enough to be caught there.
+# 60 iterations and the job's start keep a run's job RUNNING for over 10 s, long enough to
+# be caught there (polled every 0.2 s), short enough for the run to be measured twice.
 ONE_ENV = {
     "envs": {"cpu_a": {"device": "cpu", "threads": 1, "slurm": {"partition": "debug"}}},
     "study": {
@@ -115,7 +116,7 @@ ONE_ENV = {
         "batch_sizes": [2],
         "runs": 2,
         "warmup_iters": 1,
-        "iters": 300,
+        "iters": 60,
         "image_size": 32,
         "data": "synthetic",
     },
