@@ -63,5 +63,7 @@ rule cluster_attempts:
         "../envs/analysis.yaml"
     params:
         attempts=ATTEMPTS or [],
+        # the CSV's columns from the package here, so that the script imports no Slurm code
+        columns=slurm.ATTEMPT_COLUMNS,
     script:
         "../workflow/scripts/write_cluster_attempts.py"

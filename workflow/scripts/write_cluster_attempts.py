@@ -11,12 +11,13 @@ import io
 from pathlib import Path
 
 from dnnroofline.io import write_text_atomic
-from dnnroofline.study.cluster import ATTEMPT_COLUMNS
 
 job = snakemake  # noqa: F821 - the object Snakemake's script directive defines
 rows = job.params.attempts
 text = io.StringIO()
-writer = csv.DictWriter(text, fieldnames=ATTEMPT_COLUMNS, lineterminator="\n")
+# the columns come as a param (dnnroofline.study.cluster.ATTEMPT_COLUMNS): importing that
+# module here would bring the Slurm plugin's imports into this rule's env
+writer = csv.DictWriter(text, fieldnames=list(job.params.columns), lineterminator="\n")
 writer.writeheader()
 writer.writerows(rows)
 write_text_atomic(job.output[0], text.getvalue())
