@@ -237,17 +237,25 @@ def job_resources(slurm: Mapping | None, measurement: bool) -> dict[str, str | N
 def run_sinfo(timeout_s: float = 60) -> str:
     """``sinfo -h -N -o SINFO_FORMAT``'s output on this host (InputError: no sinfo, or it
     failed: the study runs on the cluster from one of its hosts)."""
-    cmd = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
+    return slurm_output(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], timeout_s)
+
+
+def slurm_output(cmd: list[str], timeout_s: float, env: Mapping[str, str] | None = None) -> str:
+    """A Slurm command's stdout; InputError naming the command where this host lacks it
+    (the study runs on the cluster from one of its hosts) or it fails."""
+    tool = cmd[0]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout_s)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, timeout=timeout_s, env=env
+        )
     except FileNotFoundError:
         raise InputError(
-            "config cluster: slurm, but this host has no sinfo: run the study from a "
+            f"config cluster: slurm, but this host has no {tool}: run the study from a "
             "host of the Slurm cluster (a login node)"
         ) from None
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
         detail = (getattr(err, "stderr", None) or str(err)).strip()
-        raise InputError(f"config cluster: slurm, but sinfo failed: {detail}") from None
+        raise InputError(f"config cluster: slurm, but {tool} failed: {detail}") from None
     return out.stdout
 
 
@@ -364,20 +372,7 @@ def run_sacct(since: str = SACCT_SINCE, timeout_s: float = 60) -> str:
     (times in Unix seconds); InputError when sacct is missing or fails (the executor
     plugin needs it too: Slurm's accounting must be on)."""
     cmd = ["sacct", "-X", "-n", "-P", "-S", since, "-o", SACCT_FORMAT]
-    env = dict(os.environ, SLURM_TIME_FORMAT="%s")
-    try:
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, check=True, timeout=timeout_s, env=env
-        )
-    except FileNotFoundError:
-        raise InputError(
-            "config cluster: slurm, but this host has no sacct: run the study from a "
-            "host of the Slurm cluster (a login node)"
-        ) from None
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
-        detail = (getattr(err, "stderr", None) or str(err)).strip()
-        raise InputError(f"config cluster: slurm, but sacct failed: {detail}") from None
-    return out.stdout
+    return slurm_output(cmd, timeout_s, env=dict(os.environ, SLURM_TIME_FORMAT="%s"))
 
 
 def cluster_attempts(
