@@ -37,6 +37,9 @@ rule ceilings:
     threads: env_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config, "ceilings", "results/{menv}/benchmarks/ceilings.tsv", ATTEMPTS
+        ),
         measurement=1,
     params:
         script=entry_script("ceilings.py"),
@@ -73,6 +76,9 @@ rule efficiency:
     threads: env_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config, "efficiency", "results/{menv}/benchmarks/efficiency.tsv", ATTEMPTS
+        ),
         measurement=1,
     params:
         script=entry_script("efficiency.py"),

@@ -21,6 +21,12 @@ rule ncu_selftest:
         "../envs/profile.yaml"
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config,
+            "ncu_selftest",
+            "results/{menv}/benchmarks/ncu/selftest.tsv",
+            ATTEMPTS,
+        ),
         measurement=1,
     params:
         script=entry_script("ncu_selftest.py"),
@@ -55,6 +61,9 @@ rule ncu:
     threads: job_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config, "ncu", measured_path("benchmarks/ncu", ".tsv"), ATTEMPTS
+        ),
         measurement=1,
     params:
         run_id=jobs.driver_run_id("ncu"),

@@ -20,6 +20,9 @@ rule perf:
     threads: job_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config, "perf", measured_path("benchmarks/perf", ".tsv"), ATTEMPTS
+        ),
         measurement=1,
     params:
         run_id=jobs.driver_run_id("perf"),

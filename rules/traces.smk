@@ -23,6 +23,9 @@ rule trace:
     threads: job_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        **jobs.runtime_resource(
+            config, "trace", measured_path("benchmarks/traces", ".tsv"), ATTEMPTS
+        ),
         measurement=1,
     params:
         run_id=jobs.driver_run_id("trace"),

@@ -21,6 +21,13 @@ rule train:
     threads: job_threads
     resources:
         **slurm.env_resources(config, exclusive=True),
+        # sbatch -t from the cost model (docs/cluster.md, Time limits)
+        **jobs.runtime_resource(
+            config,
+            "train",
+            measured_path("benchmarks/runs", "_run{run}.tsv"),
+            ATTEMPTS,
+        ),
         measurement=1,
     params:
         run_id=jobs.driver_run_id("run"),

@@ -161,10 +161,10 @@ def test_extra_is_checked_against_the_executor_plugins_own_options():
 
 def test_parse_sacct_reads_the_executors_comments():
     text = (
-        "7|batch|COMPLETED|1763895000|1763895009|9|/w/slurm|"
+        "7|batch|COMPLETED|1763895000|1763895009|9|60|/w/slurm|"
         "rule_train_wildcards_cpu_b_resnet18_fp32_2_1\n"
-        "8|debug|CANCELLED by 0|1763895010|Unknown|0|/w/slurm|rule_metrics\n"
-        "9|debug|PENDING|Unknown|Unknown|0|/w|\n"
+        "8|debug|CANCELLED by 0|1763895010|Unknown|0|60|/w/slurm|rule_metrics\n"
+        "9|debug|PENDING|Unknown|Unknown|0|60|/w|\n"
     )
     train, metrics, pending = cluster.parse_sacct(text)
     assert (train["rule"], train["wildcards"]) == ("train", "cpu_b_resnet18_fp32_2_1")
@@ -295,7 +295,7 @@ def slurm(tmp_path_factory):
 def sacct_jobs(workdir: Path | None = None) -> list[dict]:
     """The cluster's jobs (those run from workdir), as dnnroofline.study.cluster.parse_sacct."""
     out = subprocess.run(
-        ["sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-o", cluster.SACCT_FORMAT],
+        ["sacct", "-a", "-X", "-D", "-n", "-P", "-S", "2000-01-01", "-o", cluster.SACCT_FORMAT],
         env=dict(os.environ, SLURM_TIME_FORMAT="%s"),
         capture_output=True,
         text=True,

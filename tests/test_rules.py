@@ -277,6 +277,8 @@ def commands_the_workflow_runs_when_parsed(tmp_path, cluster: str | None) -> lis
     (spy / "bin" / "sinfo").chmod(0o755)
     (spy / "bin" / "sacct").write_text("#!/bin/sh\n")  # no job of this study yet
     (spy / "bin" / "sacct").chmod(0o755)
+    (spy / "bin" / "squeue").write_text("#!/bin/sh\n")  # no job of an earlier snakemake
+    (spy / "bin" / "squeue").chmod(0o755)
     config = {
         "envs": {"local": {"device": "cpu", "threads": 1, "slurm": {"partition": "debug"}}},
         "study": {"models": ["resnet18"], "precisions": ["fp32"], "batch_sizes": [2], "runs": 1},
@@ -305,8 +307,10 @@ def commands_the_workflow_runs_when_parsed(tmp_path, cluster: str | None) -> lis
 def test_no_command_runs_when_the_workflow_is_parsed_unless_on_slurm(tmp_path):
     assert commands_the_workflow_runs_when_parsed(tmp_path / "here", cluster=None) == []
     on_slurm = commands_the_workflow_runs_when_parsed(tmp_path / "slurm", cluster="slurm")
-    # sinfo checks the envs' slurm blocks, sacct finds the study's failed jobs (the report's)
+    # sinfo checks the envs' slurm blocks, squeue finds the jobs of an earlier, killed
+    # snakemake, sacct the study's failed jobs (the report's)
     assert on_slurm == [
         ["sinfo", "-h", "-N", "-o", "%R|%c|%G|%f"],
-        ["sacct", "-X", "-n", "-P", "-S", "now-90days", "-o", cluster.SACCT_FORMAT],
+        ["squeue", "--me", "-h", "-o", cluster.SQUEUE_FORMAT],
+        ["sacct", "-X", "-D", "-n", "-P", "-S", "now-90days", "-o", cluster.SACCT_FORMAT],
     ]

@@ -13,12 +13,15 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.study.config import suggest
+from dnnroofline.study.cost import time_limit_min
 
 # `sinfo -h -N -o SINFO_FORMAT`: one line per (node, partition).
 SINFO_FORMAT = "%R|%c|%G|%f"
@@ -311,29 +314,36 @@ def env_resources(config: Mapping, exclusive: bool) -> dict[str, Callable[[Any],
     return {key: resource(key) for key in ("slurm_partition", "gres", "constraint", "slurm_extra")}
 
 
-# `sacct -X -n -P -o SACCT_FORMAT` (with SLURM_TIME_FORMAT=%s): one line per job.
-SACCT_FORMAT = "JobID,Partition,State,Start,End,ElapsedRaw,WorkDir%400,Comment%400"
+# `sacct -X -D -n -P -o SACCT_FORMAT` (with SLURM_TIME_FORMAT=%s): one line per job and
+# run of it (-D: a requeued job's earlier runs too, each with the state it ended in).
+SACCT_FORMAT = "JobID,Partition,State,Start,End,ElapsedRaw,TimelimitRaw,WorkDir%400,Comment%400"
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
 
 
 def parse_sacct(text: str) -> list[dict]:
     """Jobs from sacct's SACCT_FORMAT output: id, partition, state, start and end (Unix
-    seconds; None while unknown), elapsed seconds, workdir, and the rule and wildcards
-    that the executor plugin writes in each job's comment (``rule_{rule}_wildcards_{w}``)."""
+    seconds; None while unknown), elapsed seconds, time limit (minutes), workdir, and the
+    rule and wildcards that the executor plugin writes in each job's comment
+    (``rule_{rule}_wildcards_{w}``)."""
     jobs = []
     for line in text.splitlines():
-        fields = line.split("|", 7)
-        if len(fields) != 8 or not fields[0].isdigit():
+        fields = line.split("|", 8)
+        if len(fields) != 9 or not fields[0].isdigit():
             continue
-        job_id, part, state, start, end, elapsed, workdir, comment = fields
+        job_id, part, state, start, end, elapsed, limit, workdir, comment = fields
         rule, _, wildcards = comment.removeprefix("rule_").partition("_wildcards_")
         jobs.append(
             {
                 "id": int(job_id),
                 "partition": part,
                 "state": state.split()[0] if state else state,
-                "start": int(start) if start.isdigit() else None,
-                "end": int(end) if end.isdigit() else None,
-                "elapsed": int(elapsed) if elapsed.isdigit() else None,
+                "start": _int(start),
+                "end": _int(end),
+                "elapsed": _int(elapsed),
+                "time_limit": _int(limit),
                 "workdir": workdir,
                 "rule": rule,
                 "wildcards": wildcards,
@@ -342,36 +352,78 @@ def parse_sacct(text: str) -> list[dict]:
     return jobs
 
 
-# sacct's states of a job that did not complete: ended by Slurm (scancel, a lost node,
-# its time limit, ...) or by its own error (FAILED). COMPLETED, PENDING, RUNNING,
-# REQUEUED and the like are not failed attempts.
+# sacct's states of a job (or a run of a requeued job) that did not complete: ended by
+# Slurm (scancel, a lost node, its time limit, a requeue, ...) or by its own error
+# (FAILED). COMPLETED, PENDING, RUNNING and the like are not failed attempts.
 ENDED_STATES = frozenset(
     {"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY"}
-    | {"PREEMPTED", "TIMEOUT"}
+    | {"PREEMPTED", "REQUEUED", "TIMEOUT"}
 )
 #: results/cluster_attempts.csv's columns (docs/contracts.md)
-ATTEMPT_COLUMNS = ("job_id", "rule", "wildcards", "state", "partition", "start", "end")
+ATTEMPT_COLUMNS = (
+    "job_id",
+    "rule",
+    "wildcards",
+    "state",
+    "partition",
+    "start",
+    "end",
+    "elapsed_s",
+    "time_limit_min",
+    "needed_min",
+)
 # how far back sacct looks for the study's jobs
 SACCT_SINCE = "now-90days"
+
+
+def _in(job: Mapping, here: str) -> bool:
+    return bool(job["rule"]) and os.path.realpath(job["workdir"]) == here
+
+
+def needed_min(job: Mapping, jobs: list[dict], workdir: str | os.PathLike) -> int | None:
+    """The time limit (minutes) a job that hit its own (TIMEOUT) would need, by the cost
+    model (dnnroofline.study.cost.time_limit_min): from the wall time of a later run of
+    the same rule and wildcards that completed, else from how long it ran before it was
+    killed (it needs more than that). None for a job of another state."""
+    if job["state"] != "TIMEOUT":
+        return None
+    here = os.path.realpath(workdir)
+    done = [
+        j["elapsed"]
+        for j in jobs
+        if _in(j, here)
+        and j["state"] == "COMPLETED"
+        and (j["rule"], j["wildcards"]) == (job["rule"], job["wildcards"])
+        and j["elapsed"] is not None
+    ]
+    return time_limit_min(max(done) if done else job["elapsed"] or 0)
 
 
 def failed_attempts(jobs: list[dict], workdir: str | os.PathLike) -> list[dict]:
     """The study's Slurm jobs that did not complete: those of :func:`parse_sacct`'s
     ``jobs`` submitted by the executor (a rule in the comment) from ``workdir`` and
-    ended in one of ENDED_STATES, by job id, as ATTEMPT_COLUMNS rows."""
+    ended in one of ENDED_STATES, by job id and start, as ATTEMPT_COLUMNS rows."""
     here = os.path.realpath(workdir)
-    return [
-        {key: job["id"] if key == "job_id" else job[key] for key in ATTEMPT_COLUMNS}
-        for job in sorted(jobs, key=lambda j: j["id"])
-        if job["rule"] and job["state"] in ENDED_STATES and os.path.realpath(job["workdir"]) == here
-    ]
+    rows = []
+    for job in sorted(jobs, key=lambda j: (j["id"], j["start"] or 0)):
+        if not (_in(job, here) and job["state"] in ENDED_STATES):
+            continue
+        row = {key: job.get(key) for key in ATTEMPT_COLUMNS}
+        row.update(
+            job_id=job["id"],
+            elapsed_s=job["elapsed"],
+            time_limit_min=job["time_limit"],
+            needed_min=needed_min(job, jobs, workdir),
+        )
+        rows.append(row)
+    return rows
 
 
 def run_sacct(since: str = SACCT_SINCE, timeout_s: float = 60) -> str:
-    """This user's jobs since ``since`` as ``sacct -X -n -P -o SACCT_FORMAT`` prints them
-    (times in Unix seconds); InputError when sacct is missing or fails (the executor
+    """This user's jobs since ``since`` as ``sacct -X -D -n -P -o SACCT_FORMAT`` prints
+    them (times in Unix seconds); InputError when sacct is missing or fails (the executor
     plugin needs it too: Slurm's accounting must be on)."""
-    cmd = ["sacct", "-X", "-n", "-P", "-S", since, "-o", SACCT_FORMAT]
+    cmd = ["sacct", "-X", "-D", "-n", "-P", "-S", since, "-o", SACCT_FORMAT]
     return slurm_output(cmd, timeout_s, env=dict(os.environ, SLURM_TIME_FORMAT="%s"))
 
 
@@ -383,6 +435,96 @@ def cluster_attempts(
     if not is_slurm(config):
         return None
     return failed_attempts(parse_sacct(sacct()), workdir)
+
+
+def outlived_s(attempts: list[dict] | None, rule: str, wildcards: str) -> float:
+    """The longest that an attempt of this job (rule and the executor's wildcards string)
+    ran before its time limit killed it; 0 if none did."""
+    timed_out = [
+        a["elapsed_s"] or 0
+        for a in attempts or ()
+        if (a["rule"], a["wildcards"], a["state"]) == (rule, wildcards, "TIMEOUT")
+    ]
+    return float(max(timed_out, default=0))
+
+
+# `squeue --me -h -o SQUEUE_FORMAT`: one line per job that Slurm holds.
+SQUEUE_FORMAT = "%i|%T|%Z|%k"
+# squeue's states of a job that may still run and write its outputs (squeue lists ended
+# jobs too, for MinJobAge seconds)
+ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "PREEMPTED", "STOPPED"}
+    | {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+)
+
+
+def active_jobs(text: str, workdir: str | os.PathLike) -> list[dict]:
+    """The executor's jobs (a rule in the comment) from ``workdir`` that squeue's
+    SQUEUE_FORMAT ``text`` shows still active: id, state, rule and wildcards."""
+    here = os.path.realpath(workdir)
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split("|", 3)
+        if len(fields) != 4 or not fields[0].isdigit():
+            continue
+        job_id, state, wd, comment = fields
+        rule, _, wildcards = comment.removeprefix("rule_").partition("_wildcards_")
+        mine = comment.startswith("rule_") and os.path.realpath(wd) == here
+        if mine and state in ACTIVE_STATES:
+            jobs.append({"id": int(job_id), "state": state, "rule": rule, "wildcards": wildcards})
+    return jobs
+
+
+def folder_locked(workdir: str | os.PathLike) -> bool:
+    """Whether Snakemake's lock of ``workdir`` is held (files in .snakemake/locks): by a
+    study still running, whose jobs are its own, or by one killed before
+    ``snakemake --unlock``; Snakemake refuses to run there either way."""
+    locks = Path(workdir, ".snakemake", "locks")
+    return locks.is_dir() and any(locks.iterdir())
+
+
+def run_squeue(timeout_s: float = 60) -> str:
+    """This user's jobs as ``squeue --me -h -o SQUEUE_FORMAT`` prints them."""
+    return slurm_output(["squeue", "--me", "-h", "-o", SQUEUE_FORMAT], timeout_s)
+
+
+def run_scancel(ids: list[int], timeout_s: float = 60) -> str:
+    return slurm_output(["scancel", *map(str, ids)], timeout_s)
+
+
+def settle_previous_jobs(
+    config: Mapping,
+    workdir: str | os.PathLike,
+    log: Callable[[str], None],
+    squeue: Callable[[], str] = run_squeue,
+    scancel: Callable[[list[int]], Any] = run_scancel,
+    sleep: Callable[[float], Any] = time.sleep,
+    poll_s: float = 3.0,
+) -> list[dict]:
+    """Before the DAG is built: the jobs that an earlier snakemake of this folder left in
+    Slurm (it was killed; its lock since removed with --unlock) are waited for or, with
+    config ``previous_jobs: cancel``, cancelled, and then gone: what they finished is then
+    on disk and is not measured again, and no point is submitted while its job runs.
+    Returns those jobs; none off Slurm, or while the folder is locked."""
+    if not is_slurm(config) or folder_locked(workdir):
+        return []
+    jobs = active_jobs(squeue(), workdir)
+    if not jobs:
+        return []
+    ids = [j["id"] for j in jobs]
+    listing = ", ".join(f"{j['id']} ({j['rule']} {j['wildcards']}, {j['state']})" for j in jobs)
+    if config.get("previous_jobs") == "cancel":  # the schema's default: wait
+        log(f"Cancelling {len(jobs)} Slurm job(s) of an earlier snakemake here: {listing}")
+        scancel(ids)
+    else:
+        log(
+            f"Waiting for {len(jobs)} Slurm job(s) of an earlier snakemake here to end: "
+            f"{listing}. What they finish is kept; to cancel them instead, set config "
+            "previous_jobs: cancel (or scancel them)"
+        )
+    while any(j["id"] in ids for j in active_jobs(squeue(), workdir)):
+        sleep(poll_s)
+    return jobs
 
 
 def executor_mismatch(executor: str, config: Mapping) -> str | None:

@@ -1,4 +1,5 @@
-"""What the study itself cost: Snakemake's `benchmark:` files and the timed runs' wall time.
+"""What the study itself cost: Snakemake's `benchmark:` files and the timed runs' wall time;
+and from them, what a measuring job will cost: its Slurm time limit.
 
 The rules that users ask about (ceilings, the ncu self-test and captures, complexity,
 the report sections) carry a ``benchmark:`` directive; Snakemake writes one TSV per job
@@ -11,6 +12,7 @@ e.g. ``results/gpu/benchmarks/ncu/…`` is ``ncu`` and
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
@@ -89,3 +91,48 @@ def study_cost(benchmarks: Iterable[Mapping], runs: Iterable[Mapping] = ()) -> l
             }
         )
     return rows
+
+
+# ---- Slurm time limits (docs/cluster.md, "Time limits"): a measuring job asks for
+# MARGIN x the wall time the study expects of it, plus EXTRA_MIN for the job's own start
+# (Snakemake and torch imported on the node), in whole minutes as sbatch -t takes them.
+MARGIN = 2.0
+EXTRA_MIN = 1
+#: Expected wall seconds of a measuring job that the study has not measured yet (the
+#: limits the profile gave before: 1 h, ncu 4 h and its self-test 2 h, less the margin).
+PRIOR_S = {"ncu": 7200.0, "ncu_selftest": 3600.0}
+DEFAULT_PRIOR_S = 1800.0
+
+
+def time_limit_min(expected_s: float, attempt: int = 1) -> int:
+    """The Slurm time limit (minutes) of a job expected to take ``expected_s`` seconds:
+    MARGIN x expected, rounded up to whole minutes, plus EXTRA_MIN; each of Snakemake's
+    retries (``attempt`` 2, 3, ...) asks for that many times as much."""
+    if expected_s < 0 or attempt < 1:
+        raise InputError(
+            f"time limit: expected seconds must be >= 0 and the attempt >= 1, not "
+            f"{expected_s!r} and {attempt!r}"
+        )
+    return attempt * (math.ceil(MARGIN * expected_s / 60) + EXTRA_MIN)
+
+
+def expected_job_s(
+    rule: str, walls: Mapping[str, float], point: str | None, outlived_s: float = 0.0
+) -> tuple[float, str]:
+    """The wall seconds a measuring job of ``rule`` is expected to take, and from what.
+
+    ``walls`` maps the stems of the study's benchmark files of this rule on the job's env
+    to their wall seconds; those of the job's own point (stems starting with ``point``)
+    come first, then the rule's other points on the env, then PRIOR_S. ``outlived_s``: the
+    longest an earlier attempt ran before its time limit killed it (the job needs more).
+    """
+    same = [s for stem, s in walls.items() if point and f"{stem}_".startswith(f"{point}_")]
+    if same:
+        expected, source = max(same), "measured"
+    elif walls:
+        expected, source = max(walls.values()), "measured on other points"
+    else:
+        expected, source = PRIOR_S.get(rule, DEFAULT_PRIOR_S), "prior"
+    if outlived_s > expected:
+        return outlived_s, "timed out"
+    return expected, source

@@ -6,9 +6,14 @@ rules/common.smk wraps these in the functions of ``wildcards`` Snakemake calls.
 
 from __future__ import annotations
 
+import glob
+import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from dnnroofline.study import cost
+from dnnroofline.study.cluster import is_slurm, outlived_s
 from dnnroofline.study.config import Study
 from dnnroofline.study.identity import config_key, run_id
 
@@ -138,3 +143,45 @@ def driver_run_id(kind: str) -> Callable[[Any], str]:
 
     run_id_of.__name__ = f"{kind}_run_id"
     return run_id_of
+
+
+def benchmark_walls(benchmark: str, env: str) -> dict[str, float]:
+    """Wall seconds of the study's finished jobs of one rule on ``env``, by benchmark file
+    stem: the files of the rule's ``benchmark:`` pattern, its other wildcards any value."""
+    pattern = re.sub(r"\{(?!menv\})[^}]*\}", "*", benchmark).replace("{menv}", env)
+    walls = {}
+    for path in sorted(glob.glob(pattern)):
+        wall = cost.read_benchmark(path)["wall_s"]
+        if wall is not None:
+            walls[Path(path).stem] = wall
+    return walls
+
+
+def time_limit(
+    rule: str, benchmark: str, wildcards: Any, attempt: int, attempts: list[dict] | None
+) -> int:
+    """The Slurm time limit (minutes) of a measuring job: the cost model's
+    (dnnroofline.study.cost.time_limit_min) for what the study measured of its rule on its
+    env (``benchmark``: the rule's benchmark pattern), at least how long an earlier attempt
+    ran before its limit killed it (``attempts``: cluster_attempts rows), per attempt."""
+    # Snakemake's Wildcards is a list: `in` would look among the values
+    point = config_key(*point_of(wildcards)) if "model" in wildcards.keys() else None  # noqa: SIM118
+    ran = outlived_s(attempts, rule, "_".join(wildcards))
+    walls = benchmark_walls(benchmark, wildcards.menv)
+    expected, _ = cost.expected_job_s(rule, walls, point, ran)
+    return cost.time_limit_min(expected, attempt)
+
+
+def runtime_resource(
+    config: Mapping, rule: str, benchmark: str, attempts: list[dict] | None
+) -> dict[str, Callable[[Any, int], int]]:
+    """A measuring rule's ``runtime`` resource on a Slurm run (sbatch -t, minutes): a
+    function of the job's wildcards and Snakemake's attempt giving :func:`time_limit`.
+    Empty off Slurm, where no job has a time limit."""
+    if not is_slurm(config):
+        return {}
+
+    def runtime(wildcards: Any, attempt: int) -> int:
+        return time_limit(rule, benchmark, wildcards, attempt, attempts)
+
+    return {"runtime": runtime}
