@@ -480,3 +480,29 @@ def test_requeue_lost_node_time_limit_and_killed_snakemake_lose_nothing(
         (str(a), "NODE_FAIL", prior, ""),
         (str(b), "TIMEOUT", "1", str(cost.time_limit_min(timed_out["elapsed"]))),
     ], attempts
+
+
+@pytest.mark.slurm  # starts its daemons (munge, MariaDB, slurmctld, slurmd)
+@pytest.mark.workflow
+def test_a_killed_snakemakes_running_job_is_cancelled_when_the_config_says_so(
+    slurm,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    write_config(tmp_path, TWO_RUNS)
+    profile = ["--workflow-profile", PROFILE, *FAST_STATUS]
+    first = start_snakemake(tmp_path, *profile, RUN_FILES[0])
+    orphan = train_job(tmp_path, first, None, "RUNNING")
+    first.kill()
+    finish(first)
+    snakemake(tmp_path, "--unlock")
+    # a --config on the command line replaces the profile's: cluster=slurm with it (last:
+    # --config takes every argument after it)
+    config = ["--config", "cluster=slurm", "previous_jobs=cancel"]
+    run = snakemake(tmp_path, *profile, RUN_FILES[0], *config)
+    log = run.stdout + run.stderr
+    assert f"Cancelling 1 Slurm job(s) of an earlier snakemake here: {orphan}" in log
+    assert job_counts(log) == {"train": 1, "total": 1}, log[-3000:]
+    train = [(j["id"], j["state"]) for j in sacct_jobs(tmp_path) if j["rule"] == "train"]
+    assert train[0] == (orphan, "CANCELLED") and [s for _, s in train[1:]] == ["COMPLETED"]
+    [run] = (tmp_path / "results" / "cpu_a" / "runs").iterdir()
+    assert json.loads(run.read_text())["status"] == "ok"
