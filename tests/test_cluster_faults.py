@@ -1,7 +1,9 @@
-"""Faults on a Slurm cluster (issue 39): a measuring job cancelled while it runs, and a
-second study started into a results folder that a first one is filling.
+"""Faults on a Slurm cluster (issue 39): a measuring job cancelled while it runs, a
+second study started into a results folder that a first one is filling, a job requeued,
+its node lost, its time limit hit, and its submitting snakemake killed.
 
-The first part checks dnnroofline.study.cluster's reading of sacct on crafted output.
+The first part checks dnnroofline.study.cluster's reading of sacct and squeue on crafted
+output and the time limits of the cost model (dnnroofline.study.cost).
 The second injects each fault with Slurm's own commands into the tiny study running on
 the one-node Slurm of scripts/local_slurm.sh (tests/test_cluster.py's fixture: skipped
 without root and the Slurm packages, failed instead in CI).
@@ -410,6 +412,22 @@ def lose_the_node() -> None:
     scontrol("update", f"NodeName={name}", "State=RESUME")
 
 
+@pytest.fixture
+def started(tmp_path):
+    """The snakemakes a test starts (append them): on the way out, a failed test's too,
+    each still running is killed and the study's jobs are cancelled, so that nothing
+    outlives the module's Slurm (a job's slurmstepd would)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            finish(proc)
+    ids = [str(i) for i, state, _ in squeue(tmp_path) if state in cluster.ACTIVE_STATES]
+    if ids:
+        subprocess.run(["scancel", *ids], check=False)
+
+
 def run_of(job_id: int) -> str:
     """The run number of a train job, from its comment (rule_train_wildcards_..._{run})."""
     out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%k"], capture_output=True)
@@ -421,10 +439,12 @@ def run_of(job_id: int) -> str:
 def test_requeue_lost_node_time_limit_and_killed_snakemake_lose_nothing(
     slurm,  # noqa: F811 - the fixture imported above
     tmp_path,
+    started,
 ):
     write_config(tmp_path, TWO_RUNS)
     profile = ["--workflow-profile", PROFILE, *FAST_STATUS]
     first = start_snakemake(tmp_path, *profile, *RUN_FILES)
+    started.append(first)
     a = train_job(tmp_path, first, None, "RUNNING")
     a_run = run_of(a)
     run_a, run_b = f"{POINT}_{a_run}", f"{POINT}_{3 - int(a_run)}"
@@ -445,6 +465,7 @@ def test_requeue_lost_node_time_limit_and_killed_snakemake_lose_nothing(
     # submits run B alone, asking for a longer limit: the one it needs by the cost model
     snakemake(tmp_path, "--unlock")
     second = start_snakemake(tmp_path, *profile, *RUN_FILES, "results/cluster_attempts.csv")
+    started.append(second)
     rc, log = finish(second)
     assert rc == 0, log[-3000:]
     assert f"Waiting for 1 Slurm job(s) of an earlier snakemake here to end: {a}" in log
@@ -487,10 +508,12 @@ def test_requeue_lost_node_time_limit_and_killed_snakemake_lose_nothing(
 def test_a_killed_snakemakes_running_job_is_cancelled_when_the_config_says_so(
     slurm,  # noqa: F811 - the fixture imported above
     tmp_path,
+    started,
 ):
     write_config(tmp_path, TWO_RUNS)
     profile = ["--workflow-profile", PROFILE, *FAST_STATUS]
     first = start_snakemake(tmp_path, *profile, RUN_FILES[0])
+    started.append(first)
     orphan = train_job(tmp_path, first, None, "RUNNING")
     first.kill()
     finish(first)

@@ -4,7 +4,9 @@ against the partitions ``sinfo`` lists, turned into the Slurm executor plugin's 
 The checks are pure functions of ``sinfo``'s text and of the sbatch options the executor
 plugin manages itself (its forbidden ``slurm_extra``); :func:`cluster_cpus`, which the
 workflow calls when it is parsed, runs ``sinfo`` only on a Slurm run (config ``cluster:
-slurm``). Every check here runs before any job is submitted.
+slurm``). Every check here runs before any job is submitted. The rest reads what became
+of the study's jobs: sacct's attempts that did not complete (results/cluster_attempts.csv)
+and squeue's jobs of an earlier, killed snakemake (waited for or cancelled).
 """
 
 from __future__ import annotations
