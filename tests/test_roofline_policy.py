@@ -138,7 +138,7 @@ def test_the_point_the_plot_the_model_and_the_checks_use_one_roof():
     assert (AMP_MEASURED, MEMORY_MEASURED) in drawn
 
     # the model's tables and its prediction
-    tables_roofs, _ = efficiency_tables.roofs_from_ceilings(CEILINGS)
+    tables_roofs, _ = roofline.roofs_from_ceilings(CEILINGS)
     assert tables_roofs == {
         "compute": {"fp32": 52 * T, "amp": AMP_MEASURED, "bf16": 989 * T},
         "memory": MEMORY_MEASURED,

@@ -32,8 +32,8 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.measure import sweep_ops
 from dnnroofline.measure.ceiling_kernels import cudnn_benchmark, matmul_mode, time_repeats
-from dnnroofline.model.op_classes import TABLE_KEYS
-from dnnroofline.model.roofline import ideal_seconds
+from dnnroofline.model.op_classes import TABLE_KEYS, TABLES_SCHEMA_VERSION
+from dnnroofline.model.roofline import ideal_seconds, roofs_from_ceilings
 from dnnroofline.study.precisions import unsupported_reason
 
 #: Timer settings per device (:func:`time_repeats`); quick: tests.
@@ -368,7 +368,6 @@ def sweep_env(
     from dnnroofline.measure.ceilings import contended_note, device_facts
     from dnnroofline.measure.envinfo import cpu_info, resolve_device
     from dnnroofline.measure.train_config import check_threads, parse_omp_threads
-    from dnnroofline.model.efficiency_tables import SCHEMA_VERSION, roofs_from_ceilings
 
     dev = resolve_device(device)
     if dev not in ("cpu", "cuda"):
@@ -410,7 +409,7 @@ def sweep_env(
         )
     used = {p: roofs["compute"][p] for p in machine["precisions"]}
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": TABLES_SCHEMA_VERSION,
         "env": env,
         "device": dev,
         "device_name": name,

@@ -30,11 +30,10 @@ from typing import Any, Protocol
 
 from dnnroofline.errors import InputError
 from dnnroofline.model import shape_fit
-from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS
-from dnnroofline.model.roofline import ideal_seconds, parse_roofs, roof_precisions, select_roof
+from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS, TABLES_SCHEMA_VERSION
+from dnnroofline.model.roofline import ideal_seconds, roofs_from_ceilings
 from dnnroofline.study.precisions import operand_bytes, roof_names
 
-SCHEMA_VERSION = 2
 #: The ceilings' candidates record no bytes: they are derived from shapes, at the
 #: precision's operand_bytes. The STREAM arrays' element size per device (float64; MPS
 #: has none: float32), and each benchmark's FLOPs per element: a table row's ideal time
@@ -48,39 +47,6 @@ STREAM_TABLES = {
     "copy": ("copy",),
     "d2d_copy": ("copy",),
 }
-
-
-# --------------------------------------------------------------------------- roofs
-
-
-def roofs_from_ceilings(
-    ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
-) -> tuple[dict, list[str]]:
-    """The roofs efficiencies are shares of, as every stage picks them
-    (:func:`dnnroofline.model.roofline.select_roof`): per precision the measured compute
-    roof (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
-
-    ``precisions``: those wanted (None: every precision with a compute roof). A wanted
-    precision without any compute roof, or a file without a memory roof, is refused.
-    """
-    roofs = parse_roofs(dict(ceilings), where)
-    notes: list[str] = []
-    if precisions is None:
-        precisions = roof_precisions(roofs)
-    compute = {}
-    for p in precisions:
-        roof = select_roof(roofs, "compute", p)
-        if roof is None:
-            raise InputError(f"{where}: no compute roof for precision {p!r}")
-        if roof.source != "measured":
-            notes.append(f"{p}: no measured compute roof in {where}: shares of the datasheet's")
-        compute[p] = roof.value
-    memory = select_roof(roofs, "memory")
-    if memory is None:
-        raise InputError(f"{where}: no memory roof")
-    if memory.source != "measured":
-        notes.append(f"no measured memory roof in {where}: shares of the datasheet's")
-    return {"compute": compute, "memory": memory.value}, notes
 
 
 def table_row(
@@ -393,7 +359,7 @@ def tables_from_ceilings(ceilings: Mapping, where: str = "ceilings.json") -> dic
         "no dispatch cost: a ceilings file does not measure it",
     ]
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": TABLES_SCHEMA_VERSION,
         "env": ceilings.get("env"),
         "device": ceilings.get("device"),
         "device_name": ceilings.get("device_name"),

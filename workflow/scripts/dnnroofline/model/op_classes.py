@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+#: The version of an env's tables document (``efficiency.json``), written by the sweep
+#: and by the tables derived from a ceilings file.
+TABLES_SCHEMA_VERSION = 2
+
 #: Every class an operator of a training step can have.
 OP_CLASSES: tuple[str, ...] = (
     "gemm",  # mm, addmm, bmm, linear

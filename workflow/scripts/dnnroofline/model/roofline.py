@@ -282,6 +282,36 @@ def roof_precisions(roofs: Iterable[Roof]) -> tuple[str, ...]:
     return tuple(p for p in PRECISIONS if select_roof(roofs, "compute", p) is not None)
 
 
+def roofs_from_ceilings(
+    ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
+) -> tuple[dict, list[str]]:
+    """The roofs efficiencies are shares of, as every stage picks them
+    (:func:`select_roof`): per precision the measured compute
+    roof (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
+
+    ``precisions``: those wanted (None: every precision with a compute roof). A wanted
+    precision without any compute roof, or a file without a memory roof, is refused.
+    """
+    roofs = parse_roofs(dict(ceilings), where)
+    notes: list[str] = []
+    if precisions is None:
+        precisions = roof_precisions(roofs)
+    compute = {}
+    for p in precisions:
+        roof = select_roof(roofs, "compute", p)
+        if roof is None:
+            raise InputError(f"{where}: no compute roof for precision {p!r}")
+        if roof.source != "measured":
+            notes.append(f"{p}: no measured compute roof in {where}: shares of the datasheet's")
+        compute[p] = roof.value
+    memory = select_roof(roofs, "memory")
+    if memory is None:
+        raise InputError(f"{where}: no memory roof")
+    if memory.source != "measured":
+        notes.append(f"no measured memory roof in {where}: shares of the datasheet's")
+    return {"compute": compute, "memory": memory.value}, notes
+
+
 def compute_peak(peaks: Mapping[str, float], precision: str) -> float | None:
     """A precision's roof in a ``{precision name: FLOP/s}`` map of roofs already selected
     (an efficiency document's ``roofs.compute``): the highest of its names, else None."""
