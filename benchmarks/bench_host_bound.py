@@ -44,8 +44,8 @@ def main() -> int:
     ap.add_argument("--out", default="host_bound.json")
     args = ap.parse_args()
     from dnnroofline.aggregate.predictions import machine_of
-    from dnnroofline.model.op_inventory import op_inventory
-    from dnnroofline.model.predict import predict_step
+    from dnnroofline.estimate.op_inventory import op_inventory
+    from dnnroofline.perfmodel.predict import predict_step
 
     machine = machine_of(json.loads(Path(args.efficiency).read_text()), args.efficiency)
     rows = []

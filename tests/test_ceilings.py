@@ -14,10 +14,10 @@ from cpu_flags import CPU_FLAG_SETS, has_bf16
 from fake_clock import FakeClock
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.measure import ceiling_kernels as ck
 from dnnroofline.measure import ceilings as cl
 from dnnroofline.measure import memory_kernels as mk
-from dnnroofline.model import roofline
 from dnnroofline.study.config import CPU_FLAGS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]

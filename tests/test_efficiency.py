@@ -15,9 +15,9 @@ import pytest
 from cpu_flags import has_bf16
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import efficiency_tables as et
-from dnnroofline.model import roofline
-from dnnroofline.model.op_classes import TABLE_KEYS
+from dnnroofline.estimate import roofline
+from dnnroofline.estimate.op_classes import TABLE_KEYS
+from dnnroofline.perfmodel import efficiency_tables as et
 from dnnroofline.study import datasheet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,7 +363,7 @@ def test_the_quick_sweep_measures_the_hosts_costs(quick_sweep):
 
 
 def test_every_sweep_row_has_its_classes_inventory_features_and_its_flops(quick_sweep):
-    from dnnroofline.model.shape_features import feature_vector
+    from dnnroofline.perfmodel.shape_features import feature_vector
 
     tables = quick_sweep[0]["tables"]
     for key, rows in [(k, rows) for t in tables.values() for k, rows in t.items()]:
@@ -577,8 +577,8 @@ def test_no_op_is_priced_beyond_its_tables_best_row():
 def test_the_host_costs_count_ops_as_the_device_dispatches_them(monkeypatch):
     """A CUDA env's chains are counted on fake CUDA tensors (no GPU here): its batch
     norms are cuDNN's, the ops the device really runs."""
+    from dnnroofline.estimate import op_inventory as oi
     from dnnroofline.measure import dispatch
-    from dnnroofline.model import op_inventory as oi
 
     recorded = []
     real = oi.op_inventory

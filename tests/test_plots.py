@@ -16,7 +16,7 @@ import plot_roofline as plot_roofline_cli
 from dnnroofline.aggregate.metrics import metrics_frame
 from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.plots import roofline as plots
 from dnnroofline.plots.roof_labels import (
     LABEL_HEIGHT_PT,

@@ -1,4 +1,4 @@
-"""The one roof policy (dnnroofline.model.roofline.select_roof) and every stage that picks
+"""The one roof policy (dnnroofline.estimate.roofline.select_roof) and every stage that picks
 a roof going through it: the points, the plots, the model's tables and predictions, the
 prediction check, the above-roof check of ncu's kernels, the gpu-check summary and the
 report."""
@@ -10,9 +10,10 @@ import pytest
 from dnnroofline.aggregate import check, predictions
 from dnnroofline.aggregate.points import _peaks
 from dnnroofline.errors import InputError
-from dnnroofline.model import efficiency_tables, roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu import kernels as ncu_kernels
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
+from dnnroofline.perfmodel import efficiency_tables
 from dnnroofline.report import data, gpu_summary
 
 T = 1e12

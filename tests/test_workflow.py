@@ -25,8 +25,8 @@ from workflow_helpers import (
     write_config,
 )
 
-from dnnroofline.model.roofline import HOST_BOUND_BELOW
-from dnnroofline.model.traffic import bound_of_range
+from dnnroofline.estimate.roofline import HOST_BOUND_BELOW
+from dnnroofline.estimate.traffic import bound_of_range
 
 pytestmark = pytest.mark.workflow
 

@@ -31,7 +31,7 @@ from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model.scoring import check_summary
+from dnnroofline.perfmodel.scoring import check_summary
 
 CLASS_COLUMNS = ["env", "model", "precision", "batch", "group", "model_share", "ncu_share"]
 

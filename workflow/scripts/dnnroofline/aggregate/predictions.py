@@ -22,10 +22,10 @@ from dnnroofline.aggregate.model_files import (
     peak_memory,
 )
 from dnnroofline.errors import InputError
-from dnnroofline.model import efficiency_tables as et
-from dnnroofline.model import predict as pr
-from dnnroofline.model.op_classes import step_variant
-from dnnroofline.model.roofline import parse_roofs, roof_precisions
+from dnnroofline.estimate.op_classes import step_variant
+from dnnroofline.estimate.roofline import parse_roofs, roof_precisions
+from dnnroofline.perfmodel import efficiency_tables as et
+from dnnroofline.perfmodel import predict as pr
 from dnnroofline.study import datasheet
 from dnnroofline.study.what_if import StudyEnv, WhatIf, check_predict
 

@@ -275,8 +275,8 @@ def trace(
 
 def _busy(trace_out: str, cuda: bool) -> dict[str, Any]:
     """The trace's kernel-busy time per step and what the idle device waited on
-    (:mod:`dnnroofline.model.busy_share`), read back from the trace just written."""
-    from dnnroofline.model.busy_share import trace_summary
+    (:mod:`dnnroofline.measure.busy_share`), read back from the trace just written."""
+    from dnnroofline.measure.busy_share import trace_summary
 
     return trace_summary(read_json(trace_out), cuda, trace_out)
 

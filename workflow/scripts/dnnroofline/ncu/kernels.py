@@ -40,9 +40,9 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import finite_number, positive_number
 from dnnroofline.io import dig
-from dnnroofline.model import roofline
 from dnnroofline.ncu.hierarchy import step_levels
 from dnnroofline.ncu.parse import NCU_THEORETICAL
 from dnnroofline.study.precisions import TENSOR_PRECISIONS
@@ -86,7 +86,7 @@ class Roofs:
 def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     """Compute roofs and DRAM/L2/L1 bandwidth roofs of one ceilings file.
 
-    Compute and DRAM: :func:`dnnroofline.model.roofline.env_roofs`, the highest roof of
+    Compute and DRAM: :func:`dnnroofline.estimate.roofline.env_roofs`, the highest roof of
     each precision and source. L1/L2: the optional ``cache_roofs`` list. Raises
     InputError when there is no compute roof or no DRAM roof (the plots never draw
     against a guess) or when a cache roof is malformed.

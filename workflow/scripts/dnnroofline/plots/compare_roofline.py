@@ -31,7 +31,7 @@ from matplotlib.lines import Line2D
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.plots.roof_artists import LINESTYLES
 from dnnroofline.plots.roofline import (
     AXIS_X,

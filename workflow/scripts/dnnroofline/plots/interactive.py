@@ -3,7 +3,7 @@
 Pure logic: DataFrames and dicts in, an Altair chart or an HTML string out; no
 file I/O. ``plot_interactive.py`` reads the files and writes the page. The rows come
 from :mod:`dnnroofline.plots.interactive_data`, the roofs from
-:func:`dnnroofline.model.roofline.roofs_to_draw`; the page is the Jinja template
+:func:`dnnroofline.estimate.roofline.roofs_to_draw`; the page is the Jinja template
 ``plots/templates/roofline_page.html``.
 
 A page holds one layered chart:
@@ -46,9 +46,9 @@ from markupsafe import Markup
 
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import isnum
 from dnnroofline.install_cache import kept_per_install
-from dnnroofline.model import roofline
 from dnnroofline.plots.interactive_data import kernel_frame, point_frame
 from dnnroofline.plots.interactive_labels import (
     BATCH_LABEL_PX,
@@ -446,7 +446,7 @@ def roofline_chart(
     max_kernels: int | None = None,
 ) -> alt.LayerChart:
     """A layered, zoomable roofline of ``points`` over the envs' measured and datasheet roofs
-    (:func:`dnnroofline.model.roofline.roofs_to_draw` picks them)."""
+    (:func:`dnnroofline.estimate.roofline.roofs_to_draw` picks them)."""
     data = _chart_data(points, ceilings_by_env, ncu_by_key, ceilings_sources, max_kernels)
     color_enc = _color_encoding(data)
     mem_rows, mem_label_rows, mem_label_boxes = _memory_roof_rows(data)

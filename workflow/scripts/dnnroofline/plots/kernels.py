@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu.above_roof import NAMED_ON_PLOT
 from dnnroofline.ncu.kernels import (
     CACHE_LEVELS,

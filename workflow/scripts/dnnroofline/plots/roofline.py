@@ -40,9 +40,9 @@ from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.aggregate.metrics import group_summary
 from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import to_bool
 from dnnroofline.io import atomic_path
-from dnnroofline.model import roofline
 from dnnroofline.plots.roof_artists import (
     BATCH_LABEL_PT,
     LINESTYLES,
@@ -484,7 +484,7 @@ def plot_roofline(
     > 0) must belong to one of them. With one env all its compute roofs are
     drawn; with several, only those of precisions that have points in that env
     (all of them for an env without points), each labelled with its env
-    (:func:`dnnroofline.model.roofline.roofs_to_draw`).
+    (:func:`dnnroofline.estimate.roofline.roofs_to_draw`).
     Returns counts, ``{"points": n, "above_roof": n, "roofs": n, "ai_ranges": n}``, and
     ``x_max``: the AI axis' right edge (moved right until the roof labels clear the points).
     """

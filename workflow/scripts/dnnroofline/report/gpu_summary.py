@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
 from dnnroofline.study.identity import config_key
 from dnnroofline.study.precisions import precision_of_roof
@@ -39,7 +39,7 @@ def _roofs(ceilings: Mapping, where: str) -> list[Mapping]:
 def ceiling_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
     """[roof, measured, datasheet, measured / datasheet] per compute precision and memory,
     in the file's order: of each source the roof the study uses
-    (:func:`dnnroofline.model.roofline.select_roof`)."""
+    (:func:`dnnroofline.estimate.roofline.select_roof`)."""
     roofs = roofline.parse_roofs({"roofs": _roofs(ceilings, where)}, where)
     keys = list(
         dict.fromkeys(

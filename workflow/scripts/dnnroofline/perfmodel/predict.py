@@ -1,6 +1,6 @@
 """The model of a training step: predict it from microbenchmarks, then check it.
 
-Pure arithmetic, no I/O. Inputs: an op inventory (:mod:`dnnroofline.model.op_inventory`,
+Pure arithmetic, no I/O. Inputs: an op inventory (:mod:`dnnroofline.estimate.op_inventory`,
 every aten op of one step as the device runs it, with its class, shape, FLOPs, bytes,
 count and the step's order), an env's :class:`Machine` (its measured roofs, the host's
 costs and the efficiency fits, from ``results/{env}/efficiency.json``) and a precision.
@@ -8,7 +8,7 @@ No measured run of the point is an input: :func:`predict_step` takes none.
 
 See :data:`METHOD` for the model; :func:`roofline_step_s` and
 :func:`per_op_roofline_step_s` are the baselines it is checked beside;
-:mod:`dnnroofline.model.scoring` scores every method against the measured points.
+:mod:`dnnroofline.perfmodel.scoring` scores every method against the measured points.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.op_classes import OP_CLASSES, table_key
-from dnnroofline.model.replay import Issue, replay
-from dnnroofline.model.roofline import bound_with_busy_share, check_positive, compute_peak
+from dnnroofline.estimate.op_classes import OP_CLASSES, table_key
+from dnnroofline.estimate.roofline import bound_with_busy_share, check_positive, compute_peak
+from dnnroofline.perfmodel.replay import Issue, replay
 from dnnroofline.study.precisions import roof_names
 
 #: Nominal level of the prediction interval: the 10th to the 90th percentile.
@@ -63,7 +63,7 @@ METHOD = (
 
 class EfficiencyTables(Protocol):
     """What the model needs of an env's tables
-    (:class:`dnnroofline.model.efficiency_tables.Tables`)."""
+    (:class:`dnnroofline.perfmodel.efficiency_tables.Tables`)."""
 
     def efficiencies(
         self, precision: str, key: str, items: Sequence[Mapping]

@@ -1,7 +1,7 @@
 """Efficiency tables of one env: how fast each op class runs, as a share of its roof.
 
 An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.efficiency`) holds,
-per precision and per table key (:data:`dnnroofline.model.op_classes.TABLE_KEYS`), rows
+per precision and per table key (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`), rows
 of microbenchmarked ops drawn over shape ranges: their shape, FLOPs, bytes, seconds per
 call, ideal time on the env's measured roofs (``ideal_s = max(flops / compute roof,
 bytes / memory roof)``) and efficiency (``ideal_s / seconds``); and the host's costs
@@ -9,8 +9,8 @@ bytes / memory roof)``) and efficiency (``ideal_s / seconds``); and the host's c
 calls of a CPU sweep hold the host's cost of a call without autograd: :func:`load_tables`
 takes it out, so that a row's efficiency is its compute's. The model looks an op up by
 its shape (:meth:`Tables.efficiencies`, one fit per table:
-:mod:`dnnroofline.model.shape_fit`), falling back along
-:data:`~dnnroofline.model.op_classes.FALLBACK_TABLE` where the op's own table is missing.
+:mod:`dnnroofline.perfmodel.shape_fit`), falling back along
+:data:`~dnnroofline.estimate.op_classes.FALLBACK_TABLE` where the op's own table is missing.
 
 Where an env has no sweep (the committed H100 example), :func:`tables_from_ceilings`
 derives coarser tables from its ``ceilings.json``: the GEMM and convolution candidates
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import shape_fit
-from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS, TABLES_SCHEMA_VERSION
-from dnnroofline.model.roofline import ideal_seconds, roofs_from_ceilings
+from dnnroofline.estimate.op_classes import FALLBACK_TABLE, TABLE_KEYS, TABLES_SCHEMA_VERSION
+from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
+from dnnroofline.perfmodel import shape_fit
 from dnnroofline.study.precisions import operand_bytes, roof_names
 
 #: The ceilings' candidates record no bytes: they are derived from shapes, at the

@@ -1,9 +1,9 @@
 """The operator classes of the predictive model: one home for their names.
 
-The op inventory (:mod:`dnnroofline.model.op_inventory`) gives every operator of a
+The op inventory (:mod:`dnnroofline.estimate.op_inventory`) gives every operator of a
 training step one of :data:`OP_CLASSES`; the efficiency sweep
 (:mod:`dnnroofline.measure.efficiency`) measures one table per :func:`table_key`; the
-model (:mod:`dnnroofline.model.predict`) looks each op up in the table of its key.
+model (:mod:`dnnroofline.perfmodel.predict`) looks each op up in the table of its key.
 Pure names, no torch.
 """
 
