@@ -178,7 +178,7 @@ def test_measure_needs_only_the_measuring_env_files():
     rule that `snakemake measure` can run (CUDA, CPU and perf envs) must use one of them."""
     from test_conda_envs import rule_blocks
 
-    from dnnroofline.gpu_wheels import MEASURE_ENV_FILES
+    from dnnroofline.tools.gpu_wheels import MEASURE_ENV_FILES
 
     config = {"envs": {"gpu": {"device": "auto"}, "cpu": {"device": "cpu", "threads": 1}},
               "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),

@@ -60,7 +60,8 @@ class Targets:
     ``copied``: the checked copied envs (:func:`dnnroofline.study.copied.find_copied_envs`);
     ``report_pages``: the file names of the report's section pages, ``compare_page`` the
     comparison's (dnnroofline.report); ``step_variant(device, channels_last)`` and
-    ``step_variants``, in order: the op inventories' step variants (dnnroofline.estimate.op_classes).
+    ``step_variants``, in order: the op inventories' step variants
+    (dnnroofline.estimate.op_classes).
     """
 
     study: Study
