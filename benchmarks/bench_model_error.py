@@ -4,7 +4,7 @@
         [--studies default zoo h100] [--out model_error.json]
 
 Studies (each a real workflow run in its own folder under --workdir, env ``local``, its
-own ceilings, efficiency sweep and timed runs; nothing shared between them):
+own ceilings, op-class sweep and timed runs; nothing shared between them):
 
 * ``default``: config/config.yaml as it is (resnet18, mobilenet_v2, resnet50 at batch 8
   and 16, fp32, 128 px, 3 runs); its whole default target is timed.

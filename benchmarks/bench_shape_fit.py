@@ -3,7 +3,7 @@
     python benchmarks/bench_shape_fit.py --efficiency results/local/efficiency.json \\
         [--precision fp32] [--out shape_fit.json]
 
-For each table of an env's efficiency sweep (``make study`` writes one), every row's
+For each table of an env's op-class sweep (``make study`` writes one), every row's
 time is predicted by each candidate fitted on the other rows (5-fold cross-validation,
 seeded), from the features the model reads (:mod:`dnnroofline.perfmodel.shape_features`):
 
@@ -26,7 +26,7 @@ import statistics
 import warnings
 from pathlib import Path
 
-from dnnroofline.perfmodel import efficiency_tables as et
+from dnnroofline.perfmodel import op_class_tables as oct_
 from dnnroofline.perfmodel import shape_fit
 
 
@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--out", default="shape_fit.json")
     args = ap.parse_args()
     doc = json.loads(Path(args.efficiency).read_text())
-    tables = et.load_tables(doc, args.efficiency)
+    tables = oct_.load_tables(doc, args.efficiency)
     makers = {"ideal_time": None, **candidates()}
     report: dict[str, dict] = {}
     for key, rows in tables.rows[args.precision].items():

@@ -13,7 +13,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.estimate import roofline
 from dnnroofline.ncu import kernels as ncu_kernels
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
-from dnnroofline.perfmodel import efficiency_tables
+from dnnroofline.perfmodel import op_class_tables
 from dnnroofline.report import data, gpu_summary
 
 T = 1e12
@@ -144,7 +144,7 @@ def test_the_point_the_plot_the_model_and_the_checks_use_one_roof():
         "compute": {"fp32": 52 * T, "amp": AMP_MEASURED, "bf16": 989 * T},
         "memory": MEMORY_MEASURED,
     }
-    doc = efficiency_tables.tables_from_ceilings(CEILINGS)
+    doc = op_class_tables.tables_from_ceilings(CEILINGS)
     machine = predictions.machine_of(doc, "derived")
     assert (machine.compute_roof("amp"), machine.memory) == (AMP_MEASURED, MEMORY_MEASURED)
     files = predictions.EnvFiles("gpu", CEILINGS)

@@ -1,4 +1,4 @@
-"""The efficiency sweep's microbenchmarks: shapes drawn over ranges, and the ops built.
+"""The op-class sweep's microbenchmarks: shapes drawn over ranges, and the ops built.
 
 Each table (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`) has a drawer: it draws one
 op of its class at random over fixed ranges (log-uniform sizes: batch, channels, spatial

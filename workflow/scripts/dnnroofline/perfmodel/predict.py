@@ -63,7 +63,7 @@ METHOD = (
 
 class EfficiencyTables(Protocol):
     """What the model needs of an env's tables
-    (:class:`dnnroofline.perfmodel.efficiency_tables.Tables`)."""
+    (:class:`dnnroofline.perfmodel.op_class_tables.Tables`)."""
 
     def efficiencies(
         self, precision: str, key: str, items: Sequence[Mapping]
@@ -125,7 +125,7 @@ class Machine:
         roof = compute_peak(self.compute, precision)
         if roof is None:
             raise InputError(
-                f"{self.source or 'efficiency tables'}: no measured compute roof for "
+                f"{self.source or 'op-class tables'}: no measured compute roof for "
                 f"precision {precision!r} (roofs for {', '.join(sorted(self.compute)) or 'none'})"
             )
         return check_positive(f"compute roof of {precision}", roof)

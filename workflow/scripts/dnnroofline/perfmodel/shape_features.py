@@ -1,9 +1,9 @@
-"""The features an op's speed is fitted on, per efficiency table: one home for both sides.
+"""The features an op's speed is fitted on, per op-class table: one home for both sides.
 
-The efficiency sweep (:mod:`dnnroofline.measure.efficiency`) records each microbenchmark
+The op-class sweep (:mod:`dnnroofline.measure.op_class_sweep`) records each microbenchmark
 with the same ``shape`` dict the op inventory records for an op of the step
 (:mod:`dnnroofline.estimate.op_inventory`), and the model
-(:mod:`dnnroofline.perfmodel.efficiency_tables`) turns either into the same vector here, so
+(:mod:`dnnroofline.perfmodel.op_class_tables`) turns either into the same vector here, so
 that a fit on the sweep reads the step's ops as it read its own rows.
 
 Sizes enter as log2 (an op's speed changes with its size's order, not its last unit);

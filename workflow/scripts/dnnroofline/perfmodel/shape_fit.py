@@ -1,4 +1,4 @@
-"""An op's efficiency from its shape: one fit per efficiency table, from the sweep's rows.
+"""An op's efficiency from its shape: one fit per op-class table, from the sweep's rows.
 
 A table's rows are microbenchmarked ops with their shape, FLOPs, bytes, device seconds
 and ideal seconds on the env's roofs. The fit predicts ``log(device seconds / ideal

@@ -1,6 +1,6 @@
-"""Efficiency tables of one env: how fast each op class runs, as a share of its roof.
+"""The op-class tables of one env: how fast each op class runs, as a share of its roof.
 
-An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.efficiency`) holds,
+An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.op_class_sweep`) holds,
 per precision and per table key (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`), rows
 of microbenchmarked ops drawn over shape ranges: their shape, FLOPs, bytes, seconds per
 call, ideal time on the env's measured roofs (``ideal_s = max(flops / compute roof,
@@ -88,7 +88,7 @@ def _positive(value: Any, at: str) -> float:
 
 @dataclass(frozen=True)
 class Tables:
-    """An env's efficiency tables, validated (:func:`load_tables`); each table's fit is
+    """An env's op-class tables, validated (:func:`load_tables`); each table's fit is
     made on its first use and kept."""
 
     where: str

@@ -1,4 +1,4 @@
-"""The efficiency sweep of one env: how fast each op class runs, by its shape.
+"""The op-class sweep of one env: how fast each op class runs, by its shape.
 
 Per table (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`) the sweep draws ops at random
 over fixed shape ranges (:mod:`dnnroofline.measure.sweep_ops`: batch, channels, spatial
@@ -17,7 +17,7 @@ every table its first rows. The host's costs (per op with autograd, the step's f
 costs) come from :mod:`dnnroofline.measure.dispatch`. What is measured depends on the
 machine, not on the study: it is kept per machine fingerprint in the user's cache
 (:func:`sweep_env`), and a second study on the same machine reuses it. The model fits
-its efficiency from these rows (:mod:`dnnroofline.perfmodel.efficiency_tables`).
+its efficiency from these rows (:mod:`dnnroofline.perfmodel.op_class_tables`).
 """
 
 from __future__ import annotations
@@ -371,7 +371,7 @@ def sweep_env(
 
     dev = resolve_device(device)
     if dev not in ("cpu", "cuda"):
-        raise InputError(f"--device {dev}: the efficiency sweep runs on cpu or cuda")
+        raise InputError(f"--device {dev}: the op-class sweep runs on cpu or cuda")
     if ceilings.get("device") != dev:
         raise InputError(f"{where}: roofs of device {ceilings.get('device')!r}, sweep on {dev!r}")
     if ceilings.get("env") not in (None, env):
