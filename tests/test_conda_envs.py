@@ -110,7 +110,7 @@ RULES = [(f, name, body) for f, name, body in rule_blocks() if name not in IN_PR
 def test_rules_found():
     names = {name for _, name, _ in RULES}
     assert {"train", "complexity", "ceilings", "ncu", "metrics", "report_sections"} <= names
-    assert {"predictions", "prediction_check", "plot_parity"} <= names  # rules/model.smk
+    assert {"predictions", "prediction_check", "plot_parity"} <= names  # rules/perfmodel.smk
 
 
 @pytest.mark.parametrize(("smk", "rule", "body"), RULES, ids=[r[1] for r in RULES])

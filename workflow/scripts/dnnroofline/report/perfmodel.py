@@ -104,4 +104,4 @@ def worst_point(rows: list[Mapping]) -> dict | None:
     return dict(max(errors, key=lambda r: abs(float(r["error_pct"])))) if errors else None
 
 
-model_section = section("model.html", facts)
+perfmodel_section = section("model.html", facts)
