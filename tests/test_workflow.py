@@ -265,7 +265,7 @@ def test_rules_take_named_functions_not_lambdas():
 
 def test_factory_model_goes_through_every_stage(tiny_study):
     """The CIFAR example (a user's module:callable) through complexity, timed runs, the
-    roofline, traces and the report (ncu needs a GPU: tests/test_ncu_profile.py)."""
+    roofline, traces and the report (ncu needs a GPU: tests/test_ncu_command.py)."""
     results = tiny_study / "results"
     model = CIFAR["name"]
     batches = TINY["study"]["batch_sizes"]

@@ -11,7 +11,7 @@ import pandas as pd
 from dnnroofline.errors import InputError
 from dnnroofline.estimate import roofline
 from dnnroofline.formatting import isnum
-from dnnroofline.ncu.profile import parse_compute_capability
+from dnnroofline.ncu.command import parse_compute_capability
 from dnnroofline.perfmodel import levers
 from dnnroofline.perfmodel.levers import LOW_EFFICIENCY
 from dnnroofline.report import compare, data, env_compare, memory
