@@ -103,12 +103,12 @@ def baseline_step_s(
     """The step time one baseline predicts for a point (:data:`BASELINES`)."""
     precision = point[2]
     source = "datasheet" if method == "roofline_datasheet" else "measured"
-    peak = roof_of(ceilings, "compute", source, precision, where)
+    compute_roof = roof_of(ceilings, "compute", source, precision, where)
     bw = roof_of(ceilings, "memory", source, None, where)
     if method == "per_op_roofline":
         if inventory is None:
             raise InputError(f"per_op_roofline of {point}: no op inventory")
-        return pr.per_op_roofline_step_s(inventory, peak, bw)
+        return pr.per_op_roofline_step_s(inventory, compute_roof, bw)
     flops = ((complexity.get("flops") or {}).get("train_step")) if complexity else None
     nbytes = None
     if complexity:
@@ -120,7 +120,7 @@ def baseline_step_s(
             f"{method} of {point}: the complexity JSON has no train_step FLOPs or "
             f"by_precision.{precision}.traffic_bytes_per_step"
         )
-    return pr.roofline_step_s(flops, nbytes, peak, bw)
+    return pr.roofline_step_s(flops, nbytes, compute_roof, bw)
 
 
 def measured_peak_memory(runs: pd.DataFrame, device: str) -> tuple[int | None, str, str]:

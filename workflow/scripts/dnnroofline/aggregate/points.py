@@ -301,7 +301,7 @@ def analytic_ai_range(complexity: Mapping | None, precision: str) -> tuple[float
     )
 
 
-def _peaks(
+def _point_roofs(
     env: str, precision: str, ceilings: Mapping, sources: Mapping[str, str]
 ) -> tuple[roofline.Roof, roofline.Roof]:
     where = sources.get(env, ceilings_path(env))
@@ -410,7 +410,7 @@ def roofline_points_frame(
         )
         step = g["step_median_s"]
         executed, useful = flop_rates(counts if ai_source == "ncu" else None, comp, step)
-        compute, memory = _peaks(env, precision, ceilings, ceilings_sources)
+        compute, memory = _point_roofs(env, precision, ceilings, ceilings_sources)
         p = roofline.evaluate_point(
             counts[0], counts[1], step, compute.value, memory.value, rel_tol
         )

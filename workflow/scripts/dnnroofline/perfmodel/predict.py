@@ -21,7 +21,7 @@ from typing import Protocol
 
 from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import OP_CLASSES, table_key
-from dnnroofline.estimate.roofline import bound_with_busy_share, check_positive, compute_peak
+from dnnroofline.estimate.roofline import bound_with_busy_share, check_positive, precision_roof
 from dnnroofline.perfmodel.replay import Issue, replay
 from dnnroofline.study.precisions import roof_names
 
@@ -122,7 +122,7 @@ class Machine:
     source: str = ""
 
     def compute_roof(self, precision: str) -> float:
-        roof = compute_peak(self.compute, precision)
+        roof = precision_roof(self.compute, precision)
         if roof is None:
             raise InputError(
                 f"{self.source or 'op-class tables'}: no measured compute roof for "
@@ -410,23 +410,23 @@ def format_top_classes(top: Sequence[tuple[str, float]]) -> str:
 # --------------------------------------------------------------------------- baselines
 
 
-def roofline_step_s(flops: float, nbytes: float, peak_flops: float, peak_bw: float) -> float:
+def roofline_step_s(flops: float, nbytes: float, compute_roof: float, memory_roof: float) -> float:
     """The whole step at the roofline: FLOPs / min(peak, AI x bandwidth), i.e. the longer
     of FLOPs / peak and bytes / bandwidth."""
     flops = check_positive("step FLOPs", flops)
     nbytes = check_positive("step bytes", nbytes)
     return max(
-        flops / check_positive("peak FLOP/s", peak_flops),
-        nbytes / check_positive("peak bandwidth", peak_bw),
+        flops / check_positive("compute roof (FLOP/s)", compute_roof),
+        nbytes / check_positive("memory roof (bytes/s)", memory_roof),
     )
 
 
 def per_op_roofline_step_s(
-    inventory: Mapping, peak_flops: float, peak_bw: float, where: str = "op inventory"
+    inventory: Mapping, compute_roof: float, memory_roof: float, where: str = "op inventory"
 ) -> float:
     """Each op at the roofline (efficiency 1), summed; no dispatch cost."""
-    roof_c = check_positive("peak FLOP/s", peak_flops)
-    roof_m = check_positive("peak bandwidth", peak_bw)
+    roof_c = check_positive("compute roof (FLOP/s)", compute_roof)
+    roof_m = check_positive("memory roof (bytes/s)", memory_roof)
     return sum(
         op_ideal_s(op, roof_c, roof_m)[0] * op["count"] for op in inventory_ops(inventory, where)
     )

@@ -141,10 +141,10 @@ def _chart_data(points, ceilings_by_env, ncu_by_key, sources, max_kernels) -> _C
     for col in ("ai_low", "ai_high"):
         if col in pts:
             xs += [v for v in pts[col] if isnum(v) and v > 0]
-    peaks = [p.compute.value for p in pairs]
-    ys = list(pts["flops"]) + list(kern["flops"]) + peaks
+    compute_roofs = [p.compute.value for p in pairs]
+    ys = list(pts["flops"]) + list(kern["flops"]) + compute_roofs
     xlo, xhi = _decade_range(xs, 4, 4)
-    ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
+    ylo, yhi = _decade_range(ys + [min(compute_roofs) / 10], 5, 3)
     # one label per distinct roof, placed apart from close roofs' labels (roof_labels);
     # the right edge moves right until the labels clear the points (interactive_labels)
     roof_labels = compute_roof_labels(
@@ -247,13 +247,13 @@ def _compute_roof_rows(data: _ChartData) -> tuple[list[dict], list[dict], pd.Dat
     labels = [
         {
             "x": data.frame.xhi,
-            "y": peak,
+            "y": compute_roof,
             "text": lab.text,
             "series": data.series(lab.envs[0], prec),
             "shared": len(lab.envs) > 1,
             "dy": -dy,  # Vega's y grows downwards
         }
-        for ((prec, _source, peak), lab), dy in zip(
+        for ((prec, _source, compute_roof), lab), dy in zip(
             data.roof_labels.items(), data.roof_layout.dys, strict=True
         )
     ]

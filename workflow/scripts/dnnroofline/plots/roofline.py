@@ -289,12 +289,12 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
             label_dy=mem_dy[(msrc, bw)],
         )
     for p in pairs:  # horizontal from their ridge to the right edge, ridge marked
-        prec, source, peak = p.compute.precision, p.compute.source, p.compute.value
-        key = (prec, source, peak)
+        prec, source, compute_roof = p.compute.precision, p.compute.source, p.compute.value
+        key = (prec, source, compute_roof)
         color = precision_color(prec)
         draw_compute_roof(
             ax,
-            peak,
+            compute_roof,
             p.ridge,
             xhi,
             color=color,
@@ -305,7 +305,7 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
         )
         ax.plot(
             [p.ridge],
-            [peak],
+            [compute_roof],
             marker="D",
             markersize=4.5,
             color=color,

@@ -127,7 +127,7 @@ def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> lev
         channels_last=options["channels_last"],
         ai_span=span,
         min_bytes=pair if all(isnum(v) for v in pair) else None,
-        higher_peaks=[{"precision": p, "peak": roof.value} for p, roof in higher],
+        higher_roofs=[{"precision": p, "roof": roof.value} for p, roof in higher],
         data_wait_share=wait if isnum(wait) else None,
     )
 

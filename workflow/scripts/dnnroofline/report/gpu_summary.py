@@ -36,7 +36,7 @@ def _roofs(ceilings: Mapping, where: str) -> list[Mapping]:
     return roofs
 
 
-def ceiling_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
+def roof_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
     """[roof, measured, datasheet, measured / datasheet] per compute precision and memory,
     in the file's order: of each source the roof the study uses
     (:func:`dnnroofline.estimate.roofline.select_roof`)."""
@@ -228,7 +228,7 @@ def summary_markdown(
             f"# gpu-check: env {env} on {device}",
             "## Ceilings: measured against datasheet",
             markdown_table(
-                ["roof", "measured", "datasheet", "measured / datasheet"], ceiling_rows(ceilings)
+                ["roof", "measured", "datasheet", "measured / datasheet"], roof_rows(ceilings)
             ),
             "## Counter self-test (known GEMM per precision, known copy)",
             markdown_table(["precision", "verdict", "why"], selftest_rows(selftest)),
