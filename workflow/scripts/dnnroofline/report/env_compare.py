@@ -181,9 +181,7 @@ def break_even_steps(extra_s: float, eager_step_s: float, compiled_step_s: float
     return float(max(0, math.ceil(extra_s / saving)))
 
 
-def scaling_share(
-    ips: float, base_ips: float, resources: float, base_resources: float
-) -> float:
+def scaling_share(ips: float, base_ips: float, resources: float, base_resources: float) -> float:
     """Throughput against linear scaling of the baseline's throughput per resource."""
     return ips / (base_ips * resources / base_resources)
 
