@@ -34,11 +34,11 @@ from dnnroofline.measure.comm_trace import (
     data_parallel_record,
     rank_trace_path,
 )
+from dnnroofline.measure.envinfo import cpu_model
 from dnnroofline.measure.run_record import new_record
 from dnnroofline.measure.train_config import (
     Resolved,
     config_from_args,
-    cpu_model,
     step_arguments,
     validate,
 )

@@ -36,6 +36,7 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measure import contention, ddp
+from dnnroofline.measure.envinfo import cpu_model
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.measure.run_record import (
     current_rss_bytes,
@@ -60,7 +61,6 @@ from dnnroofline.measure.train_config import (
     arg_parser,
     autocast_factory,
     config_from_args,
-    cpu_model,
     cudnn_benchmark_setting,
     private_compile_cache,
     validate,

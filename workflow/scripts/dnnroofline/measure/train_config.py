@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import platform
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,33 +191,6 @@ def check_machine(cfg: TrainConfig, backend: str) -> None:
     gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if backend == "cuda" else None
     env = cfg.env or str(recorded.get("env") or "?")
     check_same_machine(env, recorded, machine_here(backend, gpu), cfg.env_info)
-
-
-def cpu_model() -> str:
-    """The CPU's model name: /proc/cpuinfo, sysctl on macOS, else platform."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        import subprocess
-
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-            )
-            if out.stdout.strip():
-                return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 # --------------------------------------------------------------------------- config
