@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dnnroofline.estimate.complexity import OPTIMIZER
-from dnnroofline.measure.ceiling_kernels import sync_device
+from dnnroofline.measure.timer import sync_device
 from dnnroofline.stats import summarize
 
 #: Chain lengths whose difference gives one op's cost; timed repeats per length.

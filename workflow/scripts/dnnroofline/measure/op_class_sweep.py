@@ -33,7 +33,7 @@ from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import TABLE_KEYS, TABLES_SCHEMA_VERSION
 from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
 from dnnroofline.measure import sweep_ops
-from dnnroofline.measure.ceiling_kernels import cudnn_benchmark, matmul_mode, time_repeats
+from dnnroofline.measure.timer import cudnn_benchmark, matmul_mode, time_repeats
 from dnnroofline.study.precisions import unsupported_reason
 
 #: Timer settings per device (:func:`time_repeats`); quick: tests.
