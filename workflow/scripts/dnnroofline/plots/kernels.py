@@ -44,6 +44,17 @@ from dnnroofline.ncu.kernels import (
     marker_area,
     short_name,
 )
+from dnnroofline.plots.figure import (
+    SVG_RC,
+    above_roof_handle,
+    artist_gid,
+    decade_limits,
+    draw_above_roof_ring,
+    log_axes,
+    precision_color,
+    save_figure,
+    sectioned_legend,
+)
 from dnnroofline.plots.roof_artists import (
     BATCH_LABEL_PT,
     LINESTYLES,
@@ -57,17 +68,6 @@ from dnnroofline.plots.roof_artists import (
     text_width_pt,
 )
 from dnnroofline.plots.roof_labels import Box, Marker, compute_roof_labels, si
-from dnnroofline.plots.roofline import (
-    SVG_RC,
-    above_roof_handle,
-    artist_gid,
-    decade_limits,
-    draw_above_roof_ring,
-    log_axes,
-    precision_color,
-    save_figure,
-    sectioned_legend,
-)
 from dnnroofline.study.precisions import TENSOR_PRECISIONS
 
 AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"

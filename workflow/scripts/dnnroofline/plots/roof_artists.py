@@ -1,5 +1,5 @@
-"""Roofs and their labels on a matplotlib axes, for the static rooflines (:mod:`plots`,
-:mod:`kernel_plots`).
+"""Roofs and their labels on a matplotlib axes, for the static rooflines
+(:mod:`dnnroofline.plots.roofline`, :mod:`dnnroofline.plots.kernels`).
 
 Where each label goes is decided by :mod:`dnnroofline.plots.roof_labels` (pure geometry);
 this module measures the texts, turns data coordinates into on-screen points (1/72
