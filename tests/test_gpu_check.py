@@ -265,7 +265,7 @@ POINTS = [
 ]
 
 
-def test_ceiling_rows_compare_measured_with_datasheet():
+def test_roof_rows_compare_measured_with_datasheet():
     rows = {r[0]: r for r in roof_rows(CEILINGS)}
     assert rows["bf16 compute"] == ["bf16 compute", "750.0 TFLOP/s", "989.4 TFLOP/s", "76%"]
     assert rows["amp compute"][2:] == ["n/a", "n/a"]  # no datasheet row: no share invented
