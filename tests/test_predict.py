@@ -18,7 +18,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from dnnroofline.aggregate import check as ac
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.perfmodel import predict as pr

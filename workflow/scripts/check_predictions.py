@@ -25,7 +25,7 @@ import sys
 import pandas as pd
 
 from dnnroofline.aggregate import check as ac
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES

@@ -29,7 +29,7 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from dnnroofline.aggregate.inputs import check_runs_match_complexity
-from dnnroofline.aggregate.model_files import (
+from dnnroofline.aggregate.perfmodel_files import (
     Point,
     inventory_on_device,
     parse_shares,

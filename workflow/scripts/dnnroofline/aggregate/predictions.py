@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dnnroofline.aggregate.model_files import (
+from dnnroofline.aggregate.perfmodel_files import (
     Point,
     find_inventory,
     format_shares,

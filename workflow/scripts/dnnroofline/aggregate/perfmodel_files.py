@@ -1,4 +1,4 @@
-"""The model's files, keyed by their content, for both halves of the model's stage.
+"""The performance model's input files, keyed by their content, for both halves of its stage.
 
 The predictions (:mod:`dnnroofline.aggregate.predictions`) and their check
 (:mod:`dnnroofline.aggregate.check`) read the same files: JSON documents keyed by what
