@@ -354,8 +354,8 @@ def test_the_quick_sweep_measures_the_hosts_costs(quick_sweep):
     for phase in ("forward", "backward"):
         costs = dispatch["host_s"][phase]
         assert set(costs) >= {"conv", "elementwise", "normalization", "optimizer"}
+        # differences of two timings, clipped at 0: on a loaded host one may come out 0
         assert all(math.isfinite(v) and v >= 0 for v in costs.values())
-        assert costs["conv"] > 0 and costs["elementwise"] > 0
     fixed = dispatch["fixed"]["fp32"]
     assert fixed["intercept_s"] > 0 and fixed["per_param_tensor_s"] >= 0
     assert [p["param_tensors"] for p in fixed["points"]] == [8, 64]
