@@ -7,7 +7,7 @@ to do, predicted and measured.
 At batch 2 and 32 px a training step's arithmetic is small, and its time is mostly the
 host's: dispatching each op through autograd, and the step's fixed costs. Per model, the
 driver (``run_train.py``, 5 warm-up and 30 timed steps, this machine's threads) measures
-the step; the model predicts it from the env's efficiency sweep (``--efficiency``, e.g.
+the step; the model predicts it from the env's op-class sweep (``--efficiency``, e.g.
 the default study's) and an op inventory recorded here. Printed and written: measured
 and predicted step, the prediction's device and host parts, the ops, and the time per
 op the prediction lacks. Run it alone on the machine: it measures.
@@ -44,8 +44,8 @@ def main() -> int:
     ap.add_argument("--out", default="host_bound.json")
     args = ap.parse_args()
     from dnnroofline.aggregate.predictions import machine_of
-    from dnnroofline.model.op_inventory import op_inventory
-    from dnnroofline.model.predict import predict_step
+    from dnnroofline.estimate.op_inventory import op_inventory
+    from dnnroofline.perfmodel.predict import predict_step
 
     machine = machine_of(json.loads(Path(args.efficiency).read_text()), args.efficiency)
     rows = []

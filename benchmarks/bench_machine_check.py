@@ -6,7 +6,7 @@
 Before (the --before revision, checked out in a temporary git worktree) the ceilings and
 efficiency jobs each ran ``env_info.py --verify`` first: a second Python process that
 imports torch only to compare this machine with env_info.json. After (this checkout)
-ceilings.py and efficiency.py check it themselves (--env-info). Each round runs both
+ceilings.py and op_class_sweep.py check it themselves (--env-info). Each round runs both
 jobs' shell commands, as the rules write them for a quick CPU env of one thread, once
 before and once after, alternating, so that a noisy shared host disturbs both alike.
 Prints the medians and writes every round to --out. Run it alone on the machine.
@@ -35,7 +35,7 @@ def commands(scripts: Path, work: Path, *, in_process: bool) -> list[list[str]]:
     env = ["--env", "local", "--device", "cpu", "--precisions", "fp32", "--quick"]
     threads = ["--expect-threads", "1"]
     ceilings = [py, str(scripts / "ceilings.py"), *env, *threads]
-    efficiency = [py, str(scripts / "efficiency.py"), *env, *threads]
+    efficiency = [py, str(scripts / "op_class_sweep.py"), *env, *threads]
     efficiency += ["--ceilings", str(work / "ceilings.json")]
     if in_process:
         check = ["--env-info", info, "--declared-device", "cpu"]

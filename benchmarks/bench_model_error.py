@@ -4,7 +4,7 @@
         [--studies default zoo h100] [--out model_error.json]
 
 Studies (each a real workflow run in its own folder under --workdir, env ``local``, its
-own ceilings, efficiency sweep and timed runs; nothing shared between them):
+own ceilings, op-class sweep and timed runs; nothing shared between them):
 
 * ``default``: config/config.yaml as it is (resnet18, mobilenet_v2, resnet50 at batch 8
   and 16, fp32, 128 px, 3 runs); its whole default target is timed.
@@ -40,7 +40,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from dnnroofline.model.scoring import check_summary
+from dnnroofline.perfmodel.scoring import check_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100"
@@ -96,8 +96,8 @@ def run_h100(work: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     sys.path.insert(0, str(ROOT / "workflow" / "scripts"))  # the entry scripts' main()
     import check_predictions
     import predict
-    from dnnroofline.model import complexity as cx
-    from dnnroofline.model.op_inventory import op_inventory
+    from dnnroofline.estimate import complexity as cx
+    from dnnroofline.estimate.op_inventory import op_inventory
 
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

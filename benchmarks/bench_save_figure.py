@@ -22,7 +22,7 @@ from pathlib import Path
 from matplotlib import rc_context
 from PIL import Image, ImageChops
 
-from dnnroofline.plots import roofline
+from dnnroofline.plots import figure
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "examples" / "h100" / "results" / "h100"
@@ -31,7 +31,7 @@ H100 = ROOT / "examples" / "h100" / "results" / "h100"
 def per_format(fig, png, svg):
     """The old way: savefig(bbox_inches="tight") for each format."""
     for path, fmt, meta in ((png, "png", {}), (svg, "svg", {"Date": None})):
-        fig.savefig(path, format=fmt, dpi=roofline.DPI, bbox_inches="tight", metadata=meta)
+        fig.savefig(path, format=fmt, dpi=figure.DPI, bbox_inches="tight", metadata=meta)
 
 
 def kernel_figure(out: Path):
@@ -62,10 +62,10 @@ def main() -> int:
     args = ap.parse_args()
     times: dict[str, list[float]] = {"tight_per_format": [], "one_box": []}
     same_png = True
-    with tempfile.TemporaryDirectory() as tmp, rc_context(roofline._RC):
+    with tempfile.TemporaryDirectory() as tmp, rc_context(figure.SVG_RC):
         out = Path(tmp)
         for i in range(args.rounds):
-            ways = [("tight_per_format", per_format), ("one_box", roofline.save_figure)]
+            ways = [("tight_per_format", per_format), ("one_box", figure.save_figure)]
             for name, save in ways if i % 2 == 0 else ways[::-1]:
                 fig = kernel_figure(out)
                 start = time.process_time()

@@ -3,12 +3,12 @@
     python benchmarks/bench_shape_fit.py --efficiency results/local/efficiency.json \\
         [--precision fp32] [--out shape_fit.json]
 
-For each table of an env's efficiency sweep (``make study`` writes one), every row's
+For each table of an env's op-class sweep (``make study`` writes one), every row's
 time is predicted by each candidate fitted on the other rows (5-fold cross-validation,
-seeded), from the features the model reads (:mod:`dnnroofline.model.shape_features`):
+seeded), from the features the model reads (:mod:`dnnroofline.perfmodel.shape_features`):
 
 * ``ideal_time``: the first model's lookup, interpolation on log ideal time alone;
-* ``extra_trees`` (the model's: :mod:`dnnroofline.model.shape_fit`), ``random_forest``,
+* ``extra_trees`` (the model's: :mod:`dnnroofline.perfmodel.shape_fit`), ``random_forest``,
   ``gradient_boosting``, ``gaussian_process`` (RBF with a length per feature, plus
   noise), ``knn`` (5 neighbours, distance-weighted, standardised features): scikit-learn.
 
@@ -26,8 +26,8 @@ import statistics
 import warnings
 from pathlib import Path
 
-from dnnroofline.model import efficiency_tables as et
-from dnnroofline.model import shape_fit
+from dnnroofline.perfmodel import op_class_tables as oct_
+from dnnroofline.perfmodel import shape_fit
 
 
 def candidates() -> dict:
@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--out", default="shape_fit.json")
     args = ap.parse_args()
     doc = json.loads(Path(args.efficiency).read_text())
-    tables = et.load_tables(doc, args.efficiency)
+    tables = oct_.load_tables(doc, args.efficiency)
     makers = {"ideal_time": None, **candidates()}
     report: dict[str, dict] = {}
     for key, rows in tables.rows[args.precision].items():

@@ -9,7 +9,7 @@ from snakemake.logging import logger
 
 from dnnroofline.errors import InputError
 from dnnroofline.measure.envinfo import check_copied_env
-from dnnroofline.model.op_classes import STEP_VARIANTS, step_variant
+from dnnroofline.estimate.op_classes import STEP_VARIANTS, step_variant
 from dnnroofline.report import COMPARE_CATEGORY, COMPARE_SECTION, SECTION_FILES
 from dnnroofline.report import SECTION_NAMES, section_file
 from dnnroofline.report import SECTIONS as REPORT_SECTIONS
@@ -196,7 +196,7 @@ def env_check_flags(wildcards):
 
 
 def env_layout_flag(wildcards):
-    """The efficiency sweep's layout flag: the memory format the env's runs use."""
+    """The op-class sweep's layout flag: the memory format the env's runs use."""
     return "--channels-last" if STUDY.channels_last(wildcards.menv) else ""
 
 

@@ -81,7 +81,7 @@ rule efficiency:
         ),
         measurement=1,
     params:
-        script=entry_script("efficiency.py"),
+        script=entry_script("op_class_sweep.py"),
         device=env_device,
         precisions=env_precisions,
         # the runs' memory format: the convolutions are timed in it

@@ -114,7 +114,8 @@ def requirement_lines(path: Path) -> list[str]:
 def wheel_roots(part: str, requirements: Path) -> dict[str, list[str]]:
     """What the GPU machine will install, with requirements.txt's bounds: all of
     requirements.txt, or (``measure``) Snakemake and the measuring stages' packages."""
-    from dnnroofline import gpu_wheels, lockfile
+    from dnnroofline import lockfile
+    from dnnroofline.tools import gpu_wheels
 
     bounds = gpu_wheels.parse_requirements(requirement_lines(requirements), str(requirements))
     if part == "all":
@@ -140,8 +141,9 @@ def wheels(
     (INSTALLED) meets every bound on it. Pure-Python sdists are built into wheels, so that
     pip installs them there without an index. DEST/requirements.txt says what to install."""
     _package_before_setup()
-    from dnnroofline import gpu_wheels, lockfile
+    from dnnroofline import lockfile
     from dnnroofline.errors import InputError
+    from dnnroofline.tools import gpu_wheels
 
     python_version = python_version or lockfile.LOCK_PYTHON
     try:

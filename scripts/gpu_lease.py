@@ -6,7 +6,7 @@
 PLAN lists groups of Snakemake targets in priority order (docs/gpu.md, "A short
 allocation"). Each group runs as one snakemake under the budget left minus the reserve;
 after each, results/{env}/ of the measured envs is packed into OUT/results.tar.gz, and
-OUT/lease.json and OUT/lease.log say what ran. The logic is dnnroofline.lease.
+OUT/lease.json and OUT/lease.log say what ran. The logic is dnnroofline.tools.lease.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from dnnroofline import lease
 from dnnroofline.errors import InputError
+from dnnroofline.tools import lease
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

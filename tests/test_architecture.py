@@ -3,11 +3,14 @@ no private name (``_name``) used across modules, short functions and modules, en
 scripts without sys.path tricks (issue 27, issue 38).
 
 The stages, lowest first (a module may import its own subpackage and any stage below
-it): base (the modules directly in dnnroofline/) < study < model < {measure, ncu} <
-aggregate < {plots, report}. The braces are siblings, independent of each other: the
-runs and the ncu captures are measured apart, and the plots and the report both read
-aggregate's tables; neither of a pair imports the other. Lazy imports inside functions
-count too.
+it): base (the contracts and helpers directly in dnnroofline/: errors, io, formatting,
+stats, processes, lockfile, install_cache) < study < estimate (what is known before
+anything runs: op counts, complexity, traffic, the roofline's arithmetic) < {measure,
+ncu} < perfmodel (the performance model, fitted on what was measured) < aggregate <
+{plots, report} < tools (whole applications: the GPU lease, the GPU wheel check). The
+braces are siblings, independent of each other: the runs and the ncu captures are
+measured apart, and the plots and the report both read aggregate's tables; neither of
+a pair imports the other. Lazy imports inside functions count too.
 
 Each check is a function of source text, unit-tested below on small planted violations,
 then run on the real tree.
@@ -29,12 +32,14 @@ PACKAGE = SCRIPTS / "dnnroofline"
 STAGES_BELOW = {
     "base": (),
     "study": ("base",),
-    "model": ("study",),
-    "measure": ("model",),
-    "ncu": ("model",),
-    "aggregate": ("measure", "ncu"),
+    "estimate": ("study",),
+    "measure": ("estimate",),
+    "ncu": ("estimate",),
+    "perfmodel": ("measure", "ncu"),
+    "aggregate": ("perfmodel",),
     "plots": ("aggregate",),
     "report": ("aggregate",),
+    "tools": ("plots", "report"),
 }
 LAYERS = tuple(STAGES_BELOW)
 #: Pairs of stages at the same height that never import each other.

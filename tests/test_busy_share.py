@@ -21,9 +21,10 @@ from dnnroofline.aggregate.inputs import key_ceilings
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.aggregate.points import POINTS_DTYPES, roofline_points_frame
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import fmt_time
-from dnnroofline.model import busy_share, roofline
-from dnnroofline.model.levers import short_lever
+from dnnroofline.measure import busy_share
+from dnnroofline.perfmodel.levers import short_lever
 from dnnroofline.report.ncu_comparison import comparison_page, comparison_rows
 from dnnroofline.report.terminal import study_summary
 

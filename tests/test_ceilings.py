@@ -14,10 +14,11 @@ from cpu_flags import CPU_FLAG_SETS, has_bf16
 from fake_clock import FakeClock
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.measure import ceiling_kernels as ck
 from dnnroofline.measure import ceilings as cl
 from dnnroofline.measure import memory_kernels as mk
-from dnnroofline.model import roofline
+from dnnroofline.measure import timer
 from dnnroofline.study.config import CPU_FLAGS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,14 +389,14 @@ def test_a_repeat_lasts_at_least_min_repeat_s_however_short_one_call_is(monkeypa
     """On a clock that moves one tick per call: the warm-up runs for min_warmup_s, one call
     sizes the repeats, and each repeat lasts min_repeat_s."""
     clock, tick = FakeClock(), 2.0**-10  # about 1 ms, exact in binary
-    monkeypatch.setattr(ck, "time", clock.module())
+    monkeypatch.setattr(timer, "time", clock.module())
     calls = []
 
     def one_tick():
         calls.append(clock.now)
         clock.advance(tick)
 
-    times, inner = ck.time_repeats("cpu", one_tick, warmup=1, reps=3, min_reps=3,
+    times, inner = timer.time_repeats("cpu", one_tick, warmup=1, reps=3, min_reps=3,
                                    min_repeat_s=20 * tick, min_warmup_s=50 * tick)  # fmt: skip
     assert inner == 20  # a 20-tick repeat of 1-tick calls
     assert times == [tick] * 3  # seconds per call

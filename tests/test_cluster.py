@@ -378,7 +378,7 @@ def test_the_study_runs_through_slurm_as_it_runs_here(slurm, tmp_path):
 
     # no two measurements overlapped: neither their Slurm jobs nor their timed steps
     measured = sorted((j for j in jobs if j["rule"] in MEASUREMENTS), key=lambda j: j["start"])
-    # per env: a timed run, the ceilings and the efficiency sweep
+    # per env: a timed run, the ceilings and the op-class sweep
     assert len(measured) == 6, [j["rule"] for j in measured]
     for first, then in zip(measured, measured[1:], strict=False):
         assert then["start"] >= first["end"], (first, then)

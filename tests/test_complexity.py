@@ -1,4 +1,4 @@
-"""dnnroofline.model.complexity: FLOPs (not MACs) by layer type, bytes and the complexity CLI.
+"""dnnroofline.estimate.complexity: FLOPs (not MACs) by layer type, bytes and the complexity CLI.
 
 The FLOPs come from the op recorder (op_recorder.record_call for one layer, record_step
 for a model). Checked against hand formulas per layer type, torchvision's published
@@ -23,9 +23,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import complexity as cx
-from dnnroofline.model.flop_count import trace_forward
-from dnnroofline.model.op_recorder import StepSpec, record_call, record_step
+from dnnroofline.estimate import complexity as cx
+from dnnroofline.estimate.flop_count import trace_forward
+from dnnroofline.estimate.op_recorder import StepSpec, record_call, record_step
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "complexity.py"

@@ -96,7 +96,7 @@ def third_party_imports(script: Path, seen: set[Path] | None = None) -> set[str]
             if not path.exists():
                 path = SCRIPTS / module.replace(".", "/") / "__init__.py"
             found |= third_party_imports(path, seen)
-            if isinstance(node, ast.ImportFrom):  # from dnnroofline.model import x
+            if isinstance(node, ast.ImportFrom):  # from dnnroofline.estimate import x
                 for alias in node.names:
                     sub = SCRIPTS / module.replace(".", "/") / f"{alias.name}.py"
                     if sub.exists():
@@ -110,7 +110,7 @@ RULES = [(f, name, body) for f, name, body in rule_blocks() if name not in IN_PR
 def test_rules_found():
     names = {name for _, name, _ in RULES}
     assert {"train", "complexity", "ceilings", "ncu", "metrics", "report_sections"} <= names
-    assert {"predictions", "prediction_check", "plot_parity"} <= names  # rules/model.smk
+    assert {"predictions", "prediction_check", "plot_parity"} <= names  # rules/perfmodel.smk
 
 
 @pytest.mark.parametrize(("smk", "rule", "body"), RULES, ids=[r[1] for r in RULES])
@@ -132,5 +132,5 @@ def test_rule_env_covers_its_imports(smk, rule, body):
 
 
 def test_import_walker_sees_transitive_imports():
-    # complexity.py -> dnnroofline.model.complexity -> fvcore: the walk must follow the package.
+    # complexity.py -> dnnroofline.estimate.complexity -> fvcore: the walk must follow the package.
     assert "fvcore" in third_party_imports(SCRIPTS / "complexity.py")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dnnroofline.measure import ceiling_kernels as ck
-from dnnroofline.measure import gemm_sweep
+from dnnroofline.measure import gemm_sweep, timer
 from dnnroofline.ncu.above_roof import (
     class_precision,
     kernels_above_measured_roof,
@@ -263,7 +263,7 @@ def test_the_timing_context_covers_the_timed_repeats_only():
         yield
         entered.append(len(calls))
 
-    _, inner = ck.time_repeats(
+    _, inner = timer.time_repeats(
         "cpu", lambda: calls.append(1), warmup=3, reps=4, min_reps=4, timing_context=sampling()
     )
     assert inner == 1 and entered == [3, 3 + 4]  # after the warm-up, around the repeats
@@ -274,10 +274,10 @@ def test_the_sweep_fits_about_two_minutes_on_an_h100():
     # repeats of >= 5 ms: about a minute at the datasheet peaks, and at half of them
     row = datasheet.lookup_gpu("NVIDIA H100 80GB HBM3")
     peaks = {p: row.flops(p) for p in ("fp32", "tf32", "amp", "bf16")}
-    at_peak = gemm_sweep.sweep_seconds(peaks, ck.GPU_TIMING)
-    at_half = gemm_sweep.sweep_seconds(peaks, ck.GPU_TIMING, efficiency=0.5)
+    at_peak = gemm_sweep.sweep_seconds(peaks, timer.GPU_TIMING)
+    at_half = gemm_sweep.sweep_seconds(peaks, timer.GPU_TIMING, efficiency=0.5)
     n = len(gemm_sweep.GPU_GEMM_SHAPES) * len(gemm_sweep.BLAS_LIBRARIES) * len(peaks)
-    assert n * ck.GPU_MIN_WARMUP_S < at_peak < at_half < 120
+    assert n * timer.GPU_MIN_WARMUP_S < at_peak < at_half < 120
 
 
 # ----------------------------------------------------------------------------- kernels above

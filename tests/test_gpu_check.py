@@ -12,8 +12,8 @@ import pytest
 from dnnroofline.errors import InputError
 from dnnroofline.report.gpu_summary import (
     capture_cell,
-    ceiling_rows,
     point_rows,
+    roof_rows,
     selftest_rows,
     summary_markdown,
 )
@@ -265,8 +265,8 @@ POINTS = [
 ]
 
 
-def test_ceiling_rows_compare_measured_with_datasheet():
-    rows = {r[0]: r for r in ceiling_rows(CEILINGS)}
+def test_roof_rows_compare_measured_with_datasheet():
+    rows = {r[0]: r for r in roof_rows(CEILINGS)}
     assert rows["bf16 compute"] == ["bf16 compute", "750.0 TFLOP/s", "989.4 TFLOP/s", "76%"]
     assert rows["amp compute"][2:] == ["n/a", "n/a"]  # no datasheet row: no share invented
     assert rows["memory bandwidth"] == ["memory bandwidth", "2.80 TB/s", "3.35 TB/s", "84%"]
@@ -316,7 +316,7 @@ def test_summary_has_the_three_tables():
 
 def test_ceilings_without_roofs_is_refused_with_the_file_named():
     with pytest.raises(InputError, match="ceilings.json: no 'roofs' list"):
-        ceiling_rows({})
+        roof_rows({})
 
 
 def test_summary_of_another_env_reads_its_ceilings_selftest_and_captures(tmp_path):

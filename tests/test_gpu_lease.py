@@ -1,4 +1,4 @@
-"""`make gpu-lease` (scripts/gpu_lease.py, dnnroofline.lease): a plan's groups in
+"""`make gpu-lease` (scripts/gpu_lease.py, dnnroofline.tools.lease): a plan's groups in
 priority order within a budget, packed after each, a group past its deadline cut."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from workflow_helpers import ROOT, TINY, TINY_POINTS, TINY_RUNS, run_env, write_config
 
-from dnnroofline import lease
 from dnnroofline.errors import InputError
+from dnnroofline.tools import lease
 
 SCRIPT = ROOT / "scripts" / "gpu_lease.py"
 

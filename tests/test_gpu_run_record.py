@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.measure import run_record, train, train_config
+from dnnroofline.measure import run_record, step_hooks, train, train_config
 from dnnroofline.measure.nvml_sampler import (
     LIMITING_REASONS,
     NvmlSampler,
@@ -134,7 +134,7 @@ def test_sampling_covers_exactly_the_timed_steps():
     nvml = FakeNvml(reasons=[POWER_CAP])
     sampler = NvmlSampler(0, interval_s=0.002, nvml=nvml)
     record: dict = {}
-    start, stop = train_config.with_sampler(sampler, None, None, record)
+    start, stop = step_hooks.with_sampler(sampler, None, None, record)
     calls_before_timing = []
 
     def step(_x, _y):
@@ -191,7 +191,7 @@ class FakeScaler:
 def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
     probe: dict = {}
     order = []
-    start, stop = train_config.with_scale_probe(
+    start, stop = step_hooks.with_scale_probe(
         FakeScaler([65536.0, 32768.0]),
         lambda: order.append("start"),
         lambda: order.append("stop"),
@@ -200,11 +200,11 @@ def test_grad_scaler_says_whether_the_profiled_step_was_skipped():
     start()
     stop()
     assert order == ["start", "stop"] and probe == {"before": 65536.0, "after": 32768.0}
-    skipped = train_config.grad_scaler_record(probe["before"], probe["after"], 1, profiled=True)
+    skipped = step_hooks.grad_scaler_record(probe["before"], probe["after"], 1, profiled=True)
     assert skipped["profiled_step_skipped"] is True and skipped["scale_decreased"] is True
-    clean = train_config.grad_scaler_record(65536.0, 65536.0, 1, profiled=True)
+    clean = step_hooks.grad_scaler_record(65536.0, 65536.0, 1, profiled=True)
     assert clean["profiled_step_skipped"] is False
-    timed = train_config.grad_scaler_record(65536.0, 32768.0, 20, profiled=False)
+    timed = step_hooks.grad_scaler_record(65536.0, 32768.0, 20, profiled=False)
     assert timed["profiled_step_skipped"] is None and timed["scale_decreased"] is True
 
 

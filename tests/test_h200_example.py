@@ -15,7 +15,7 @@ import pytest
 
 from dnnroofline.aggregate.check import measured_points
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
-from dnnroofline.model import transfer
+from dnnroofline.perfmodel import transfer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "h200"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu.capture import read_driver_run
+from dnnroofline.ncu.run_ncu import read_driver_run
 from dnnroofline.report.data import env_matrix, expected_run_table
 from dnnroofline.study.config import Run
 from dnnroofline.study.identity import (

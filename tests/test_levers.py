@@ -1,11 +1,11 @@
-"""The one lever engine (dnnroofline.model.levers): crafted points in, levers out; its
+"""The one lever engine (dnnroofline.perfmodel.levers): crafted points in, levers out; its
 hardware facts are dnnroofline.study.precisions'."""
 
 from __future__ import annotations
 
 import pytest
 
-from dnnroofline.model.levers import PointFacts, levers, one_line, short_lever
+from dnnroofline.perfmodel.levers import PointFacts, levers, one_line, short_lever
 
 
 def kinds(**facts) -> list[str]:

@@ -13,8 +13,9 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from dnnroofline import gpu_wheels, lockfile
+from dnnroofline import lockfile
 from dnnroofline.errors import InputError
+from dnnroofline.tools import gpu_wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = lockfile.parse_lock((ROOT / "requirements.lock").read_text(), "requirements.lock")

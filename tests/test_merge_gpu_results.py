@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_ncu_profile import make_fake_ncu
+from test_ncu_command import make_fake_ncu
 from workflow_helpers import (
     SCRIPTS,
     job_counts,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.complexity import complexity
+from dnnroofline.estimate.complexity import complexity
 from dnnroofline.study.families import FAMILY_PATTERNS, model_family
 from dnnroofline.study.models import check_factory, model_kwargs_arg, torchvision_classifiers
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dnnroofline.ncu.capture import _hierarchy_counters, section_files
+from dnnroofline.ncu.command import STEP_METRICS, combine_passes, step_metrics_for_arch
 from dnnroofline.ncu.hierarchy import (
     counters_for,
     section_counters,
@@ -31,7 +31,7 @@ from dnnroofline.ncu.kernels import (
     with_ncu_memory_roofs,
 )
 from dnnroofline.ncu.parse import parse_ncu_text
-from dnnroofline.ncu.profile import STEP_METRICS, combine_passes, step_metrics_for_arch
+from dnnroofline.ncu.run_ncu import _hierarchy_counters, section_files
 from dnnroofline.plots.kernels import plot_hierarchical
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pandas as pd
 import pytest
-from test_ncu_profile import (
+from test_ncu_command import (
     DATA,
     DRIVER,
     H100_RAW,
@@ -27,9 +27,7 @@ from test_ncu_profile import (
 )
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu.metrics import tensor_pipe_instructions
-from dnnroofline.ncu.parse import parse_ncu_csv, tensor_counter_gap
-from dnnroofline.ncu.profile import (
+from dnnroofline.ncu.command import (
     PASSES,
     STEP_METRICS,
     build_ncu_command,
@@ -37,6 +35,8 @@ from dnnroofline.ncu.profile import (
     metrics_for_arch,
     step_metrics_for_arch,
 )
+from dnnroofline.ncu.metrics import tensor_pipe_instructions
+from dnnroofline.ncu.parse import parse_ncu_csv, tensor_counter_gap
 from dnnroofline.ncu.selftest import (
     COPY_BYTES,
     GEMM_SIZE,

@@ -1,4 +1,4 @@
-"""dnnroofline.model.op_inventory and op_recorder: the ops of one fake training step as
+"""dnnroofline.estimate.op_inventory and op_recorder: the ops of one fake training step as
 the device runs it, against the complexity JSON (the same recorder), a hand-checked tiny
 model, autograd's own engine, and the op_inventory.py and complexity.py CLIs."""
 
@@ -17,8 +17,8 @@ import pytest
 import torchvision
 from torch import nn
 
-from dnnroofline.model.complexity import ModelCannotRun, complexity
-from dnnroofline.model.op_classes import (
+from dnnroofline.estimate.complexity import ModelCannotRun, complexity
+from dnnroofline.estimate.op_classes import (
     OP_CLASSES,
     PHASES,
     STEP_VARIANTS,
@@ -26,8 +26,8 @@ from dnnroofline.model.op_classes import (
     parse_step_variant,
     step_variant,
 )
-from dnnroofline.model.op_inventory import op_inventory
-from dnnroofline.model.op_recorder import SYNC, StepSpec, record_step
+from dnnroofline.estimate.op_inventory import op_inventory
+from dnnroofline.estimate.op_recorder import SYNC, StepSpec, record_step
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "op_inventory.py"

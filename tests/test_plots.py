@@ -16,8 +16,9 @@ import plot_roofline as plot_roofline_cli
 from dnnroofline.aggregate.metrics import metrics_frame
 from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.plots import roofline as plots
+from dnnroofline.plots.figure import ABOVE_ROOF_LABEL, AXIS_X, AXIS_Y
 from dnnroofline.plots.roof_labels import (
     LABEL_HEIGHT_PT,
     Box,
@@ -29,14 +30,8 @@ from dnnroofline.plots.roof_labels import (
     point_label_box,
     right_edge_clear_of,
 )
-from dnnroofline.plots.roofline import (
-    ABOVE_ROOF_LABEL,
-    AI_RANGE_LABEL,
-    AXIS_X,
-    AXIS_Y,
-    plot_roofline,
-    plot_throughput,
-)
+from dnnroofline.plots.roofline import AI_RANGE_LABEL, plot_roofline
+from dnnroofline.plots.throughput import plot_throughput
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow" / "scripts"

@@ -18,11 +18,11 @@ import pytest
 from scipy.stats import kendalltau
 
 from dnnroofline.aggregate import check as ac
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
-from dnnroofline.model import predict as pr
-from dnnroofline.model import scoring
+from dnnroofline.perfmodel import predict as pr
+from dnnroofline.perfmodel import scoring
 
 # Roofs: 1 TFLOP/s, 10 GB/s. A convolution: 4 GFLOP (4 ms) over 20 MB (2 ms), compute
 # bound; a ReLU: 1 MFLOP (1 us) over 40 MB (4 ms), memory bound.

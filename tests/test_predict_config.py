@@ -77,7 +77,7 @@ def test_a_misspelt_env_or_model_gets_suggestions():
 
 
 def test_a_precision_the_env_measures_no_roof_of_is_refused():
-    # the GPU runs amp, but this env measures no amp roof or efficiency table
+    # the GPU runs amp, but this env measures no amp roof or op-class table
     config = make_config([dict(GOOD, env="h100", precision="amp")], **gpu_envs())
     with pytest.raises(InputError, match=r"predict\[0\]\.precision: 'amp': env 'h100' measures"):
         make_study(config)

@@ -22,8 +22,8 @@ import check_predictions
 import predict
 from dnnroofline.aggregate import check as ac
 from dnnroofline.aggregate import predictions as ap
-from dnnroofline.model import complexity as cx
-from dnnroofline.model.op_inventory import op_inventory
+from dnnroofline.estimate import complexity as cx
+from dnnroofline.estimate.op_inventory import op_inventory
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100"
 RESULTS = EXAMPLE / "results" / "h100"

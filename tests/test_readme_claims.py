@@ -26,7 +26,7 @@ from test_h100_claims import COLUMNS, ceilings, memory_roof_by_value, points, ru
 
 from dnnroofline import lockfile
 from dnnroofline.aggregate.compare import LEVEL
-from dnnroofline.model.roofline import HOST_BOUND_BELOW
+from dnnroofline.estimate.roofline import HOST_BOUND_BELOW
 from dnnroofline.ncu.selftest import COPY_BYTES, GEMM_SIZE
 from dnnroofline.study.families import model_family
 

@@ -1,10 +1,10 @@
-"""dnnroofline.model.replay: a GPU step's host and device timelines, by hand."""
+"""dnnroofline.perfmodel.replay: a GPU step's host and device timelines, by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from dnnroofline.model.replay import Issue, replay
+from dnnroofline.perfmodel.replay import Issue, replay
 
 
 def test_a_device_bound_step_is_the_devices_work():

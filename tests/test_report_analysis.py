@@ -18,7 +18,7 @@ from report_fixtures import (
     two_env_inputs,
 )
 
-from dnnroofline.model.levers import short_lever
+from dnnroofline.perfmodel.levers import short_lever
 from dnnroofline.report import data, memory
 from dnnroofline.report.analysis import analysis_section, point
 from dnnroofline.report.data import throughput_table

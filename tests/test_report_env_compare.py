@@ -182,7 +182,7 @@ def test_scaling_against_one_process_on_the_same_cores():
     # 2 x 1 thread against 1 x 2 threads: the same cores, so efficiency = speedup
     assert row["base_env"] == "cpu"
     assert row["speedup"] == pytest.approx(0.9)
-    assert row["efficiency"] == pytest.approx(0.9)
+    assert row["scaling"] == pytest.approx(0.9)
     html = scaling_html(cfg, tp, INFOS, m)
     assert "0.90× the throughput on 2 cores against 2, scaling efficiency 90.0%" in html
 
@@ -195,7 +195,7 @@ def test_scaling_against_one_process_of_the_same_threads_counts_cores():
     tp = tp_of([("cpu1", 60.0), ("cpu_ddp", 90.0)])
     (row,) = ec.scaling_rows(cfg, tp, INFOS, metrics_of({"cpu1": 1, "cpu_ddp": 1}))
     assert row["speedup"] == pytest.approx(1.5)
-    assert row["efficiency"] == pytest.approx(90.0 / (60.0 * 2))  # linear would be 120
+    assert row["scaling"] == pytest.approx(90.0 / (60.0 * 2))  # linear would be 120
 
 
 def test_scaling_on_gpus_counts_one_gpu_per_process():
@@ -204,7 +204,7 @@ def test_scaling_on_gpus_counts_one_gpu_per_process():
     tp = tp_of([("one", 1000.0), ("four", 3600.0)])
     (row,) = ec.scaling_rows(cfg, tp, {"one": gpu, "four": gpu})
     assert (row["unit"], row["resources"], row["base_resources"]) == ("GPU", 4, 1)
-    assert row["efficiency"] == pytest.approx(0.9)
+    assert row["scaling"] == pytest.approx(0.9)
 
 
 def test_data_parallel_env_without_a_single_process_one_says_so():

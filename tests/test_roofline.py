@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 
 # ----------------------------------------------------------------------------- by hand
 
@@ -66,7 +66,7 @@ def test_point_above_roof_is_flagged_not_clipped():
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, None, "x", True])
 def test_invalid_inputs_name_quantity_and_value(bad):
-    with pytest.raises(InputError, match=r"peak bandwidth.*" + re.escape(repr(bad))):
+    with pytest.raises(InputError, match=r"memory roof.*" + re.escape(repr(bad))):
         roofline.roof(1.0, 100.0, bad)
     with pytest.raises(InputError, match="median step time"):
         roofline.attained_flops(1.0, bad)

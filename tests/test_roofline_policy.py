@@ -1,4 +1,4 @@
-"""The one roof policy (dnnroofline.model.roofline.select_roof) and every stage that picks
+"""The one roof policy (dnnroofline.estimate.roofline.select_roof) and every stage that picks
 a roof going through it: the points, the plots, the model's tables and predictions, the
 prediction check, the above-roof check of ncu's kernels, the gpu-check summary and the
 report."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from dnnroofline.aggregate import check, predictions
-from dnnroofline.aggregate.points import _peaks
+from dnnroofline.aggregate.points import _point_roofs
 from dnnroofline.errors import InputError
-from dnnroofline.model import efficiency_tables, roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu import kernels as ncu_kernels
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
+from dnnroofline.perfmodel import op_class_tables
 from dnnroofline.report import data, gpu_summary
 
 T = 1e12
@@ -97,8 +98,8 @@ def test_roof_precisions_compute_peak_and_higher_roofs():
     assert roofline.roof_precisions(r) == ("fp32", "tf32", "amp", "bf16")
     higher = roofline.higher_compute_roofs(r, "fp32")
     assert [(p, roof.value) for p, roof in higher] == [("amp", 989 * T), ("bf16", 760 * T)]
-    assert roofline.compute_peak({"fp16": 7.0, "amp": 6.0}, "amp") == 7.0
-    assert roofline.compute_peak({"fp32": 1.0}, "tf32") is None
+    assert roofline.precision_roof({"fp16": 7.0, "amp": 6.0}, "amp") == 7.0
+    assert roofline.precision_roof({"fp32": 1.0}, "tf32") is None
 
 
 # --------------------------------------------------------------------------- every stage
@@ -129,7 +130,7 @@ def test_the_point_the_plot_the_model_and_the_checks_use_one_roof():
     assert (selected.value, bw.value) == (AMP_MEASURED, MEMORY_MEASURED)
 
     # the roofline point (roofline_points.csv)
-    point_compute, point_memory = _peaks("gpu", "amp", {"gpu": CEILINGS}, {})
+    point_compute, point_memory = _point_roofs("gpu", "amp", {"gpu": CEILINGS}, {})
     assert (point_compute, point_memory) == (selected, bw)
 
     # the plot draws that roof, with that memory roof
@@ -138,12 +139,12 @@ def test_the_point_the_plot_the_model_and_the_checks_use_one_roof():
     assert (AMP_MEASURED, MEMORY_MEASURED) in drawn
 
     # the model's tables and its prediction
-    tables_roofs, _ = efficiency_tables.roofs_from_ceilings(CEILINGS)
+    tables_roofs, _ = roofline.roofs_from_ceilings(CEILINGS)
     assert tables_roofs == {
         "compute": {"fp32": 52 * T, "amp": AMP_MEASURED, "bf16": 989 * T},
         "memory": MEMORY_MEASURED,
     }
-    doc = efficiency_tables.tables_from_ceilings(CEILINGS)
+    doc = op_class_tables.tables_from_ceilings(CEILINGS)
     machine = predictions.machine_of(doc, "derived")
     assert (machine.compute_roof("amp"), machine.memory) == (AMP_MEASURED, MEMORY_MEASURED)
     files = predictions.EnvFiles("gpu", CEILINGS)
@@ -162,7 +163,7 @@ def test_the_point_the_plot_the_model_and_the_checks_use_one_roof():
     assert (ridge["peak"], ridge["bw"]) == (AMP_MEASURED, MEMORY_MEASURED)
 
     # the gpu-check summary shows that roof as the measured one
-    rows = {r[0]: r for r in gpu_summary.ceiling_rows(CEILINGS)}
+    rows = {r[0]: r for r in gpu_summary.roof_rows(CEILINGS)}
     assert rows["amp compute"][1:] == ["700.0 TFLOP/s", "989.0 TFLOP/s", "71%"]
     assert rows["memory bandwidth"][1] == "3.01 TB/s"
     assert "fp16 compute" not in rows  # a name of amp's roof, not a precision of its own

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate.op_classes import STEP_VARIANTS, step_variant
 from dnnroofline.measure.envinfo import check_copied_env
-from dnnroofline.model.op_classes import STEP_VARIANTS, step_variant
 from dnnroofline.report import COMPARE_SECTION, SECTION_FILES, section_file
 from dnnroofline.study import cluster, jobs
 from dnnroofline.study.config import Study

@@ -14,9 +14,9 @@ from torch import nn
 from dnnroofline.aggregate.metrics import metrics_frame
 from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
-from dnnroofline.model import complexity as cx
-from dnnroofline.model import traffic
-from dnnroofline.model.op_recorder import record_call
+from dnnroofline.estimate import complexity as cx
+from dnnroofline.estimate import traffic
+from dnnroofline.estimate.op_recorder import record_call
 from dnnroofline.ncu.parse import parse_ncu_csv
 
 NCU = Path(__file__).resolve().parent / "data" / "ncu"

@@ -21,8 +21,8 @@ import pytest
 
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.aggregate.points import roofline_points_frame
-from dnnroofline.model import complexity as cx
-from dnnroofline.model import traffic
+from dnnroofline.estimate import complexity as cx
+from dnnroofline.estimate import traffic
 from dnnroofline.report.ncu_comparison import (
     UNMODELLED_CLASSES,
     bytes_by_kernel_class,

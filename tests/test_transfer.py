@@ -1,4 +1,4 @@
-"""Predicting one GPU from another's runs (dnnroofline.model.transfer, transfer_gpu.py):
+"""Predicting one GPU from another's runs (dnnroofline.perfmodel.transfer, transfer_gpu.py):
 Habitat's gamma and wave scaling, the anchors, the calibration, the check, and the real
 H100 captures and ledgers of examples/h100/."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from dnnroofline.aggregate.predictions import PREDICTION_COLUMNS
 from dnnroofline.errors import InputError
-from dnnroofline.model import transfer
+from dnnroofline.perfmodel import transfer
 from dnnroofline.study.datasheet import gpu_by_key
 
 ROOT = Path(__file__).resolve().parents[1]

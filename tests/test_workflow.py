@@ -25,8 +25,8 @@ from workflow_helpers import (
     write_config,
 )
 
-from dnnroofline.model.roofline import HOST_BOUND_BELOW
-from dnnroofline.model.traffic import bound_of_range
+from dnnroofline.estimate.roofline import HOST_BOUND_BELOW
+from dnnroofline.estimate.traffic import bound_of_range
 
 pytestmark = pytest.mark.workflow
 
@@ -178,7 +178,7 @@ def test_measure_needs_only_the_measuring_env_files():
     rule that `snakemake measure` can run (CUDA, CPU and perf envs) must use one of them."""
     from test_conda_envs import rule_blocks
 
-    from dnnroofline.gpu_wheels import MEASURE_ENV_FILES
+    from dnnroofline.tools.gpu_wheels import MEASURE_ENV_FILES
 
     config = {"envs": {"gpu": {"device": "auto"}, "cpu": {"device": "cpu", "threads": 1}},
               "study": dict(TINY["study"], models=["resnet18"], batch_sizes=[2], runs=1),
@@ -265,7 +265,7 @@ def test_rules_take_named_functions_not_lambdas():
 
 def test_factory_model_goes_through_every_stage(tiny_study):
     """The CIFAR example (a user's module:callable) through complexity, timed runs, the
-    roofline, traces and the report (ncu needs a GPU: tests/test_ncu_profile.py)."""
+    roofline, traces and the report (ncu needs a GPU: tests/test_ncu_command.py)."""
     results = tiny_study / "results"
     model = CIFAR["name"]
     batches = TINY["study"]["batch_sizes"]

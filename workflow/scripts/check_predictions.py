@@ -25,13 +25,13 @@ import sys
 import pandas as pd
 
 from dnnroofline.aggregate import check as ac
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate.inputs import key_by_identity
 from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model.scoring import check_summary
+from dnnroofline.perfmodel.scoring import check_summary
 
 CLASS_COLUMNS = ["env", "model", "precision", "batch", "group", "model_share", "ncu_share"]
 

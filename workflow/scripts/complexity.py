@@ -8,7 +8,7 @@
 Writes the complexity contract (docs/contracts.md): params, bytes, FLOPs (not MACs) of
 forward, backward and optimizer by layer type, the analytic minimum DRAM bytes per step
 and the estimated peak memory, per precision. The counting method is in the ``method``
-key and in ``dnnroofline.model.complexity``. Nothing is downloaded (``weights=None``).
+key and in ``dnnroofline.estimate.complexity``. Nothing is downloaded (``weights=None``).
 A model that cannot train at this image size (its kernels or pooling need a larger
 input, e.g. alexnet or inception_v3 at 32 px) is a result, not a crash: the JSON then
 holds ``status: "error"`` and the reason in ``message`` (the counts are null) and the
@@ -30,8 +30,8 @@ import os
 import sys
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate.op_classes import STEP_VARIANTS, parse_step_variant
 from dnnroofline.io import write_json_atomic
-from dnnroofline.model.op_classes import STEP_VARIANTS, parse_step_variant
 from dnnroofline.study.models import add_model_args, model_step_kwargs
 from dnnroofline.study.precisions import require_known
 
@@ -96,8 +96,8 @@ def _threads(requested: int | None) -> int:
 
 def _counted(args: argparse.Namespace) -> tuple[dict, object]:
     """(complexity JSON, its fp32 CPU step or None where the model cannot train)."""
-    from dnnroofline.model import op_recorder as rec
-    from dnnroofline.model.complexity import complexity, failed_complexity
+    from dnnroofline.estimate import op_recorder as rec
+    from dnnroofline.estimate.complexity import complexity, failed_complexity
 
     try:
         step = rec.record_step(
@@ -119,8 +119,8 @@ def _counted(args: argparse.Namespace) -> tuple[dict, object]:
 
 
 def _write_inventories(args: argparse.Namespace, inventories: list, step: object) -> None:
-    from dnnroofline.model import op_inventory as oi
-    from dnnroofline.model.op_recorder import StepSpec
+    from dnnroofline.estimate import op_inventory as oi
+    from dnnroofline.estimate.op_recorder import StepSpec
 
     for precision, variant, path in inventories:
         spec = StepSpec(precision, *parse_step_variant(variant))

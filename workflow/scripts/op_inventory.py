@@ -8,7 +8,7 @@
 Writes the ops JSON (docs/contracts.md): one training step (forward, loss, backward,
 SGD; GradScaler under amp) run on fake tensors as the device runs it (``--device cuda``
 needs no GPU, only a CUDA build of torch) and recorded at dispatch, so any batch costs
-the same; the method is in its ``method`` key and in ``dnnroofline.model.op_inventory``.
+the same; the method is in its ``method`` key and in ``dnnroofline.estimate.op_inventory``.
 Nothing is downloaded (``weights=None``). A model that cannot train at this image size
 is a result, not a crash: the JSON then holds ``status: "error"`` and the reason (no
 totals, no ops) and the exit status is 0, as for complexity.py. Exit status 2 on bad
@@ -23,8 +23,8 @@ import argparse
 import sys
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate.op_classes import parse_step_variant, step_variant
 from dnnroofline.io import write_json_atomic
-from dnnroofline.model.op_classes import parse_step_variant, step_variant
 from dnnroofline.study.models import add_model_args
 from dnnroofline.study.precisions import PRECISIONS, require_known
 
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_known(args.precision, "--precision")  # before torch is imported: fast
         variant = step_variant_arg(args.device, args.channels_last)
-        from dnnroofline.model.op_inventory import inventory_line, inventory_or_failure
-        from dnnroofline.model.op_recorder import StepSpec
+        from dnnroofline.estimate.op_inventory import inventory_line, inventory_or_failure
+        from dnnroofline.estimate.op_recorder import StepSpec
 
         device, channels_last = parse_step_variant(variant)
         result = inventory_or_failure(args, StepSpec(args.precision, device, channels_last))

@@ -14,7 +14,7 @@ import pandas as pd
 
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
-from dnnroofline.plots.roofline import plot_throughput
+from dnnroofline.plots.throughput import plot_throughput
 
 
 def main(argv: list[str] | None = None) -> int:

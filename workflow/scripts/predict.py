@@ -29,7 +29,7 @@ import sys
 
 import pandas as pd
 
-from dnnroofline.aggregate import model_files as mf
+from dnnroofline.aggregate import perfmodel_files as mf
 from dnnroofline.aggregate import predictions as ap
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
@@ -67,7 +67,7 @@ def build(args: argparse.Namespace) -> pd.DataFrame:
         raise InputError(f"{args.config}: expected the study config as a JSON object")
     complexity = mf.key_docs(read(args.complexity), ("arch", "batch_size"), "complexity")
     ceilings = mf.key_docs(read(args.ceilings), ("env",), "ceilings")
-    efficiency = mf.key_docs(read(args.efficiency), ("env",), "efficiency tables")
+    efficiency = mf.key_docs(read(args.efficiency), ("env",), "op-class tables")
     env_info = mf.key_docs(read(args.env_info), ("env",), "env info")
     envs = {}
     for (env,), (where, doc) in ceilings.items():

@@ -12,7 +12,7 @@ file says why (``"status": null`` and a ``"message"``).
 
 A machine that cannot be profiled (no ncu, counters not permitted, a failing
 driver) still gets its CSV and a JSON saying why, and exits 0: see
-``dnnroofline.ncu.capture``. Only a wrong command line exits non-zero.
+``dnnroofline.ncu.run_ncu``. Only a wrong command line exits non-zero.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 from dnnroofline.measure.measurement_lock import measurement_lock
-from dnnroofline.ncu.capture import TRUSTED, CaptureRequest, capture
+from dnnroofline.ncu.run_ncu import TRUSTED, CaptureRequest, capture
 from dnnroofline.ncu.selftest import verdict_for
 from dnnroofline.processes import signals_exit
 from dnnroofline.study.defaults import default

@@ -28,7 +28,7 @@ from dnnroofline.aggregate.metrics import GROUP_KEYS, METRICS_DTYPES
 from dnnroofline.aggregate.points import roofline_points_frame
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model.busy_share import trace_summary
+from dnnroofline.measure.busy_share import trace_summary
 
 
 def read_metrics(path: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@
 
 ``predict``: every point that predictions.csv predicts on the datasheet GPU ``--target``
 (its ``predict:`` what-ifs), by the model calibrated on the origin's runs and by three
-baselines (``dnnroofline.model.transfer``). It reads no run of the target. ``check``: one
+baselines (``dnnroofline.perfmodel.transfer``). It reads no run of the target. ``check``: one
 row per point and method with the columns of prediction_check.csv and the point's anchor;
 each method's MAPE, maximum error (on step time, on images/s in brackets) and Kendall tau
 printed over every point and over the points the origin measured itself (anchor "this
@@ -29,7 +29,7 @@ from dnnroofline.aggregate.loaders import read_csv
 from dnnroofline.aggregate.metrics import METRICS_DTYPES
 from dnnroofline.errors import InputError
 from dnnroofline.io import atomic_path, read_json
-from dnnroofline.model import transfer
+from dnnroofline.perfmodel import transfer
 from dnnroofline.study import datasheet
 
 
@@ -103,7 +103,7 @@ def check(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def scored(s: dict) -> str:
-    """One method's scores (dnnroofline.model.scoring.check_summary) on one line."""
+    """One method's scores (dnnroofline.perfmodel.scoring.check_summary) on one line."""
     return (
         f"n={s['n']} MAPE {s['mape_pct']:.1f}% ({s['images_per_s_mape_pct']:.1f}%) "
         f"max {s['max_abs_error_pct']:.1f}% ({s['images_per_s_max_abs_error_pct']:.1f}%) "

@@ -2,9 +2,9 @@
 ``results/prediction_check.csv``.
 
 :func:`check_rows`: each measured point against the model, ``model_loo`` (the model
-rescaled on other families' runs, :mod:`dnnroofline.model.loo`) and the baselines
+rescaled on other families' runs, :mod:`dnnroofline.perfmodel.loo`) and the baselines
 (:data:`METHODS`), its error on step time and on images/s
-(:mod:`dnnroofline.model.scoring`), and its measured peak memory;
+(:mod:`dnnroofline.perfmodel.scoring`), and its measured peak memory;
 :func:`class_comparison_rows` sets the model's share of step time by op class beside
 ncu's kernel time by class. The predictions it checks are made without any run
 (:mod:`dnnroofline.aggregate.predictions`).
@@ -20,17 +20,17 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from dnnroofline.aggregate.inputs import check_runs_match_complexity
-from dnnroofline.aggregate.model_files import (
+from dnnroofline.aggregate.perfmodel_files import (
     Point,
     inventory_on_device,
     parse_shares,
     peak_memory,
 )
 from dnnroofline.errors import InputError
-from dnnroofline.model import loo, scoring
-from dnnroofline.model import predict as pr
-from dnnroofline.model.roofline import parse_roofs, select_roof
+from dnnroofline.estimate.roofline import parse_roofs, select_roof
 from dnnroofline.ncu.kernel_classes import totals_by_kernel_class
+from dnnroofline.perfmodel import loo, scoring
+from dnnroofline.perfmodel import predict as pr
 
 CHECK_COLUMNS = [
     "env",
@@ -84,7 +84,7 @@ class NoRoof(InputError):
 
 def roof_of(ceilings: Mapping, kind: str, source: str, precision: str | None, where: str) -> float:
     """The roof of ``kind`` from ``source`` alone (for ``precision``, compute roofs), as
-    :func:`dnnroofline.model.roofline.select_roof` picks it."""
+    :func:`dnnroofline.estimate.roofline.select_roof` picks it."""
     roof = select_roof(parse_roofs(dict(ceilings), where), kind, precision, sources=(source,))
     if roof is None:
         what = f"{kind} roof" + (f" for {precision}" if precision else "")
@@ -103,12 +103,12 @@ def baseline_step_s(
     """The step time one baseline predicts for a point (:data:`BASELINES`)."""
     precision = point[2]
     source = "datasheet" if method == "roofline_datasheet" else "measured"
-    peak = roof_of(ceilings, "compute", source, precision, where)
+    compute_roof = roof_of(ceilings, "compute", source, precision, where)
     bw = roof_of(ceilings, "memory", source, None, where)
     if method == "per_op_roofline":
         if inventory is None:
             raise InputError(f"per_op_roofline of {point}: no op inventory")
-        return pr.per_op_roofline_step_s(inventory, peak, bw)
+        return pr.per_op_roofline_step_s(inventory, compute_roof, bw)
     flops = ((complexity.get("flops") or {}).get("train_step")) if complexity else None
     nbytes = None
     if complexity:
@@ -120,7 +120,7 @@ def baseline_step_s(
             f"{method} of {point}: the complexity JSON has no train_step FLOPs or "
             f"by_precision.{precision}.traffic_bytes_per_step"
         )
-    return pr.roofline_step_s(flops, nbytes, peak, bw)
+    return pr.roofline_step_s(flops, nbytes, compute_roof, bw)
 
 
 def measured_peak_memory(runs: pd.DataFrame, device: str) -> tuple[int | None, str, str]:
@@ -178,7 +178,7 @@ def model_loo_steps(
     """Per measured point, ``model_loo``'s (step seconds, note): the model's predicted
     device and host times (predictions.csv's ``predicted_device_s``,
     ``predicted_host_s``) scaled by factors fitted on the env's points of other model
-    families (:func:`dnnroofline.model.loo.loo_step_s`). The runs enter only through
+    families (:func:`dnnroofline.perfmodel.loo.loo_step_s`). The runs enter only through
     ``measured``, and only those of other families."""
     by_env: dict[str, dict[tuple, loo.LooPoint]] = {}
     gpu: dict[str, bool] = {}

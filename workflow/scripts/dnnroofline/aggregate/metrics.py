@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.io import dig
-from dnnroofline.model import roofline
 from dnnroofline.study.identity import run_id as make_run_id
 
 RUN_STATUSES = ("ok", "oom", "error")

@@ -27,7 +27,7 @@ FLOPs and bytes per step:
 AI range (``ai_low``, ``ai_high``), from the complexity JSON whatever the source:
 ``ai_high`` = FLOPs / minimum DRAM bytes (a true lower bound on traffic, so an upper
 bound on AI), ``ai_low`` = FLOPs / the per-op traffic model's upper estimate
-(:mod:`dnnroofline.model.traffic`; every access counted: no measurement shows cache reuse,
+(:mod:`dnnroofline.estimate.traffic`; every access counted: no measurement shows cache reuse,
 on a GPU or a CPU). For an ``analytic`` point ``ai`` is
 ``ai_high`` (the plotted value, as before) and ``bound`` is ``memory`` or ``compute``
 only when the whole range is on one side of the ridge, else ``inconclusive``. A
@@ -43,7 +43,7 @@ counts every rank.
 
 Peaks: the env's ceilings ``roofs``; compute roof selected by the *pipeline*
 precision name (fp32, tf32, amp, bf16; ``fp16`` accepted for amp), measured
-preferred over datasheet (see :mod:`dnnroofline.model.roofline`). A missing peak
+preferred over datasheet (see :mod:`dnnroofline.estimate.roofline`). A missing peak
 raises :class:`InputError` naming env, precision and ceilings file: the
 pipeline never plots against a guessed peak.
 """
@@ -63,9 +63,10 @@ from dnnroofline.aggregate.inputs import (
 )
 from dnnroofline.aggregate.metrics import GROUP_KEYS, group_summary, sorted_frame
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline, traffic
 from dnnroofline.io import dig
+from dnnroofline.measure import busy_share
 from dnnroofline.measure.perf import PERF_PRECISIONS
-from dnnroofline.model import busy_share, roofline, traffic
 from dnnroofline.study.identity import complexity_path, config_key
 
 POINTS_COLUMNS = [
@@ -101,7 +102,7 @@ POINTS_COLUMNS = [
     "ai_note",
     # issue 11: data-parallel processes; a point with nproc > 1 is one rank's
     "nproc",
-    # issue 26: where the step waits (dnnroofline.model.busy_share)
+    # issue 26: where the step waits (dnnroofline.measure.busy_share)
     "kernel_busy_share",
     "kernel_time_source",
     "host_wait_cause",
@@ -288,7 +289,7 @@ def analytic_counts(complexity: Mapping, precision: str, where: str) -> tuple[fl
 def analytic_ai_range(complexity: Mapping | None, precision: str) -> tuple[float, float]:
     """``(ai_low, ai_high)`` of a complexity JSON at ``precision`` (NaN, NaN without one):
     train-step FLOPs over the per-op traffic model's bytes and over the minimum bytes
-    (:func:`dnnroofline.model.traffic.point_ai_range`, the range the ncu page shows too)."""
+    (:func:`dnnroofline.estimate.traffic.point_ai_range`, the range the ncu page shows too)."""
     if not isinstance(complexity, Mapping) or complexity.get("status", "ok") != "ok":
         return math.nan, math.nan
     if not isinstance(complexity.get("traffic"), Mapping):
@@ -300,7 +301,7 @@ def analytic_ai_range(complexity: Mapping | None, precision: str) -> tuple[float
     )
 
 
-def _peaks(
+def _point_roofs(
     env: str, precision: str, ceilings: Mapping, sources: Mapping[str, str]
 ) -> tuple[roofline.Roof, roofline.Roof]:
     where = sources.get(env, ceilings_path(env))
@@ -409,7 +410,7 @@ def roofline_points_frame(
         )
         step = g["step_median_s"]
         executed, useful = flop_rates(counts if ai_source == "ncu" else None, comp, step)
-        compute, memory = _peaks(env, precision, ceilings, ceilings_sources)
+        compute, memory = _point_roofs(env, precision, ceilings, ceilings_sources)
         p = roofline.evaluate_point(
             counts[0], counts[1], step, compute.value, memory.value, rel_tol
         )

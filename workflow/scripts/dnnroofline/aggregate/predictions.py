@@ -1,7 +1,7 @@
 """The model's predictions, from the study's files: ``results/predictions.csv``.
 
 :func:`prediction_rows`: every point of the study and every what-if, predicted from the
-op inventories, complexity JSONs, ceilings, efficiency tables and env infos. It takes no
+op inventories, complexity JSONs, ceilings, op-class tables and env infos. It takes no
 metrics and no runs: no point can predict itself from its own measurements. The check
 against the runs is the other half, kept apart on purpose:
 :mod:`dnnroofline.aggregate.check`.
@@ -15,17 +15,17 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dnnroofline.aggregate.model_files import (
+from dnnroofline.aggregate.perfmodel_files import (
     Point,
     find_inventory,
     format_shares,
     peak_memory,
 )
 from dnnroofline.errors import InputError
-from dnnroofline.model import efficiency_tables as et
-from dnnroofline.model import predict as pr
-from dnnroofline.model.op_classes import step_variant
-from dnnroofline.model.roofline import parse_roofs, roof_precisions
+from dnnroofline.estimate.op_classes import step_variant
+from dnnroofline.estimate.roofline import parse_roofs, roof_precisions
+from dnnroofline.perfmodel import op_class_tables as oct_
+from dnnroofline.perfmodel import predict as pr
 from dnnroofline.study import datasheet
 from dnnroofline.study.what_if import StudyEnv, WhatIf, check_predict
 
@@ -85,17 +85,17 @@ def env_tables_doc(files: EnvFiles) -> tuple[Mapping, str]:
     """(efficiency doc, where from) of an env: its sweep, else derived from its ceilings."""
     if files.efficiency is not None:
         where = files.efficiency_where or "efficiency.json"
-        return files.efficiency, f"efficiency tables of env {files.env} ({where}, sweep)"
+        return files.efficiency, f"op-class tables of env {files.env} ({where}, sweep)"
     where = files.where or "ceilings.json"
-    return et.tables_from_ceilings(files.ceilings, where), (
-        f"efficiency tables of env {files.env} derived from its ceilings.json ({where}, no sweep)"
+    return oct_.tables_from_ceilings(files.ceilings, where), (
+        f"op-class tables of env {files.env} derived from its ceilings.json ({where}, no sweep)"
     )
 
 
 def machine_of(doc: Mapping, where: str) -> pr.Machine:
     """The model's view of one efficiency doc (``results/{env}/efficiency.json``): its
     roofs, the host's costs and the efficiency fits."""
-    tables = et.load_tables(doc, where)
+    tables = oct_.load_tables(doc, where)
     return pr.Machine(
         device=str(doc.get("device") or ""),
         compute=dict(tables.roofs["compute"]),
@@ -242,7 +242,7 @@ def _what_if_machine(w: WhatIf, envs: Mapping[str, EnvFiles]) -> tuple[pr.Machin
     if target is None or own is None:
         missing = w.gpu if target is None else f"the GPU of env {w.tables_env}"
         raise InputError(f"what-if {w.env} {w.model}: no datasheet row for {missing}")
-    scaled = et.scaled_for_gpu(doc, own, target)
+    scaled = oct_.scaled_for_gpu(doc, own, target)
     where = f"{source}, scaled by datasheet peaks {own.key} -> {target.key}"
     return machine_of(scaled, where), target.memory_bytes
 

@@ -1,1 +1,2 @@
-"""Measurement: the training driver, DDP, ceilings, traces, perf, machine facts."""
+"""Measurement: the training driver, DDP, ceilings, traces and their busy share, perf,
+machine facts."""

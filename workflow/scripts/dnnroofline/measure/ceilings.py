@@ -24,7 +24,7 @@ Datasheet roofs: GPUs from :mod:`dnnroofline.study.datasheet`; CPUs derived as c
 clock x FLOP/cycle (no datasheet memory roof for a CPU: its bandwidth depends on
 the DIMMs and channels populated, which the machine does not tell reliably).
 
-The pipeline picks a point's roof with :func:`dnnroofline.model.roofline.select_roof`
+The pipeline picks a point's roof with :func:`dnnroofline.estimate.roofline.select_roof`
 (measured first, then datasheet) and refuses when there is none (never a guess).
 """
 

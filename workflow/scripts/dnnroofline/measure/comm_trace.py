@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.busy_share import covered
+from dnnroofline.measure.busy_share import covered
 
 STEP_PREFIX = "ProfilerStep#"
 #: canonical collective names, keyed by the name lowercased without "_"

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dnnroofline.measure.ceiling_kernels import sync_device
-from dnnroofline.model.complexity import OPTIMIZER
+from dnnroofline.estimate.complexity import OPTIMIZER
+from dnnroofline.measure.timer import sync_device
 from dnnroofline.stats import summarize
 
 #: Chain lengths whose difference gives one op's cost; timed repeats per length.
@@ -149,7 +149,7 @@ def _paired_differences(short: Any, long: Any, device: str, repeats: int) -> dic
 
 def _phase_ops(model: Any, device: str) -> dict[str, int]:
     """Ops of the model's forward and backward as the op inventory records them."""
-    from dnnroofline.model.op_inventory import op_inventory
+    from dnnroofline.estimate.op_inventory import op_inventory
 
     inv = op_inventory(model, precision="fp32", batch_size=BATCH, image_size=IMAGE,
                        num_classes=10, device=device)  # fmt: skip

@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -207,6 +208,34 @@ def cpu_model_name(info: Mapping | None = None) -> str:
     if info is None:
         info, _ = _cpuinfo_fast()
     return str(info.get("brand_raw") or platform.processor() or "unknown")
+
+
+def cpu_model() -> str:
+    """The CPU's model name as a run records it (``device_name``): /proc/cpuinfo, sysctl on
+    macOS, else platform. Without py-cpuinfo, so the driver starts fast."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        import subprocess
+
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            )
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cpu_info() -> dict:

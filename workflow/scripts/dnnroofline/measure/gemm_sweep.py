@@ -224,7 +224,7 @@ def sweep_summary(candidates: Sequence[Mapping]) -> str:
 
 def candidate_seconds(flop: float, rate: float, timing: Mapping) -> float:
     """Time one candidate takes at ``rate`` FLOP/s under the timer's settings
-    (:func:`dnnroofline.measure.ceiling_kernels.time_repeats`): warm-up calls for at least
+    (:func:`dnnroofline.measure.timer.time_repeats`): warm-up calls for at least
     ``min_warmup_s``, one call to size a repeat, then ``reps`` repeats of at least
     ``min_repeat_s`` each, stopping after ``min_reps`` once ``time_cap_s`` is spent."""
     call = flop / rate

@@ -3,7 +3,7 @@ declares and the one the env's env_info.json describes.
 
 A stale env_info.json (a checkout copied with its results, another Slurm node type) must
 never let this machine's numbers be filed under another machine's env. ceilings.py and
-efficiency.py run it in their own process (--env-info), which saves each of those jobs a
+op_class_sweep.py run it in their own process (--env-info), which saves each of those jobs a
 second Python and torch start; the driver reads the file with :func:`read_env_info`.
 """
 

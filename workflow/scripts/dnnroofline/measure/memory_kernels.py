@@ -1,18 +1,14 @@
 """The measured memory ceilings: STREAM triad, scale and copy over large device arrays.
 
 Timed as the compute microbenchmarks are
-(:func:`dnnroofline.measure.ceiling_kernels.time_repeats`);
+(:func:`dnnroofline.measure.timer.time_repeats`);
 :func:`measure_memory` returns the ``kind: memory`` entries of ``ceilings.json``.
 """
 
 from __future__ import annotations
 
-from dnnroofline.measure.ceiling_kernels import (
-    GPU_MIN_REPEAT_S,
-    GPU_MIN_WARMUP_S,
-    MiB,
-    time_repeats,
-)
+from dnnroofline.measure.ceiling_kernels import MiB
+from dnnroofline.measure.timer import GPU_MIN_REPEAT_S, GPU_MIN_WARMUP_S, time_repeats
 
 
 def stream_array_bytes(

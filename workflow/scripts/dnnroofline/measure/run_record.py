@@ -18,13 +18,12 @@ from typing import Any
 import psutil
 
 from dnnroofline.measure.ddp import dist_backend
-from dnnroofline.measure.envinfo import installed_version
+from dnnroofline.measure.envinfo import cpu_model, installed_version
 from dnnroofline.measure.train_config import (
     MAX_MESSAGE,
     OPTIMIZER,
     SCHEMA_VERSION,
     Resolved,
-    cpu_model,
     cudnn_benchmark_setting,
     failure_status,
 )

@@ -1,10 +1,10 @@
-"""The efficiency sweep's microbenchmarks: shapes drawn over ranges, and the ops built.
+"""The op-class sweep's microbenchmarks: shapes drawn over ranges, and the ops built.
 
-Each table (:data:`dnnroofline.model.op_classes.TABLE_KEYS`) has a drawer: it draws one
+Each table (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`) has a drawer: it draws one
 op of its class at random over fixed ranges (log-uniform sizes: batch, channels, spatial
 size, kernel, stride, groups; GEMM m, n, k; element counts...), never from a model of a
 study, and returns the op as the step calls it with the ``shape`` dict the op inventory
-records for such an op (:mod:`dnnroofline.model.shape_features` reads both alike).
+records for such an op (:mod:`dnnroofline.perfmodel.shape_features` reads both alike).
 
 Inputs are views into one random buffer per dtype (:class:`Pool`), placed as a step
 would find them: the input an op takes from the op just before it (the activation a
@@ -14,7 +14,7 @@ enough places to spread over twice the device's last-level cache, so they come f
 DRAM, as a step's do (two sets of a small op would stay in cache and run faster than
 any step runs them). A drawn op costs no allocation or random numbers before it is
 timed, and one whose ideal time falls outside the sweep's window is dropped before
-anything runs. FLOPs follow :mod:`dnnroofline.model.flop_count`'s
+anything runs. FLOPs follow :mod:`dnnroofline.estimate.flop_count`'s
 rules and bytes the inventory's: every tensor argument read in full, every output (and
 in-place target) written in full.
 """

@@ -34,11 +34,11 @@ from dnnroofline.measure.comm_trace import (
     data_parallel_record,
     rank_trace_path,
 )
+from dnnroofline.measure.envinfo import cpu_model
 from dnnroofline.measure.run_record import new_record
 from dnnroofline.measure.train_config import (
     Resolved,
     config_from_args,
-    cpu_model,
     step_arguments,
     validate,
 )
@@ -275,8 +275,8 @@ def trace(
 
 def _busy(trace_out: str, cuda: bool) -> dict[str, Any]:
     """The trace's kernel-busy time per step and what the idle device waited on
-    (:mod:`dnnroofline.model.busy_share`), read back from the trace just written."""
-    from dnnroofline.model.busy_share import trace_summary
+    (:mod:`dnnroofline.measure.busy_share`), read back from the trace just written."""
+    from dnnroofline.measure.busy_share import trace_summary
 
     return trace_summary(read_json(trace_out), cuda, trace_out)
 

@@ -36,6 +36,7 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measure import contention, ddp
+from dnnroofline.measure.envinfo import cpu_model
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.measure.run_record import (
     current_rss_bytes,
@@ -46,6 +47,13 @@ from dnnroofline.measure.run_record import (
     timing_fields,
     usage_fields,
 )
+from dnnroofline.measure.step_hooks import (
+    barrier_first,
+    grad_scaler_record,
+    profile_hooks,
+    with_sampler,
+    with_scale_probe,
+)
 from dnnroofline.measure.train_config import (
     OPTIMIZER,
     Resolved,
@@ -53,13 +61,9 @@ from dnnroofline.measure.train_config import (
     arg_parser,
     autocast_factory,
     config_from_args,
-    cpu_model,
     cudnn_benchmark_setting,
-    grad_scaler_record,
     private_compile_cache,
     validate,
-    with_sampler,
-    with_scale_probe,
 )
 
 #: torch.manual_seed of every run (model init, synthetic batch, labels, data order).
@@ -507,37 +511,6 @@ def progress_to_stderr(msg: str) -> None:
     print(f"[run_train] {msg}", file=sys.stderr, flush=True)
 
 
-def _profile_hooks(backend: str) -> tuple[Callable[[], None] | None, Callable[[], None] | None]:
-    """cudaProfilerStart/Stop around the one profiled step (ncu --profile-from-start off)."""
-    if backend != "cuda":
-        return None, None
-    import torch
-
-    def start() -> None:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-
-    def stop() -> None:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-
-    return start, stop
-
-
-def _barrier_first(
-    before: Callable[[], None] | None,
-) -> Callable[[], None]:
-    """Ranks of a data-parallel run start their timed steps together."""
-    import torch.distributed as dist
-
-    def start() -> None:
-        dist.barrier()
-        if before is not None:
-            before()
-
-    return start
-
-
 #: Given the built Setup, returns hooks around the timed steps (it may wrap
 #: ``setup.step``): how the trace job (dnnroofline.measure.traces) profiles the very same loop.
 Instrument = Callable[[Setup], tuple[Callable[[], None] | None, Callable[[], None] | None]]
@@ -555,7 +528,7 @@ def _time_steps(
     iters = 1 if cfg.profile_step else cfg.iters
     # ncu profiles rank 0: only it opens the profiler range
     profiled = cfg.profile_step and not cfg.rank
-    before, after = _profile_hooks(resolved.backend) if profiled else (None, None)
+    before, after = profile_hooks(resolved.backend) if profiled else (None, None)
     if instrument is not None:
         before, after = instrument(setup)
     probe: dict[str, float] = {}
@@ -565,7 +538,7 @@ def _time_steps(
         sampler = NvmlSampler(torch.device(resolved.device).index or 0)
         before, after = with_sampler(sampler, before, after, record)
     if cfg.nproc > 1:
-        before = _barrier_first(before)
+        before = barrier_first(before)
     times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
     if setup.scaler is not None:
         record["grad_scaler"] = grad_scaler_record(

@@ -10,15 +10,12 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import platform
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.study import precisions
 from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
 from dnnroofline.study.defaults import default
@@ -196,33 +193,6 @@ def check_machine(cfg: TrainConfig, backend: str) -> None:
     check_same_machine(env, recorded, machine_here(backend, gpu), cfg.env_info)
 
 
-def cpu_model() -> str:
-    """The CPU's model name: /proc/cpuinfo, sysctl on macOS, else platform."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        import subprocess
-
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-            )
-            if out.stdout.strip():
-                return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 # --------------------------------------------------------------------------- config
 
 
@@ -286,68 +256,6 @@ def cudnn_benchmark_setting(requested: bool | None, backend: str) -> bool:
     """cuDNN autotuning: as requested, else on for CUDA (as serious training scripts
     run) and off elsewhere (it only means something to cuDNN)."""
     return backend == "cuda" if requested is None else bool(requested)
-
-
-def grad_scaler_record(scale_before: float, scale_after: float, steps: int, profiled: bool) -> dict:
-    """What GradScaler did over the measured steps.
-
-    GradScaler halves its scale (backoff) on every step whose gradients hold
-    inf/NaN, and skips that optimizer step; it only grows the scale after
-    ``growth_interval`` (2000) clean steps. So over one profiled step a smaller
-    scale means exactly that the optimizer step was skipped: the capture then
-    lacks the optimizer's kernels.
-    """
-    decreased = scale_after < scale_before
-    return {
-        "scale_before": scale_before,
-        "scale_after": scale_after,
-        "steps": steps,
-        "scale_decreased": decreased,
-        "profiled_step_skipped": decreased if profiled and steps == 1 else None,
-    }
-
-
-def with_scale_probe(
-    scaler: Any,
-    before: Callable[[], None] | None,
-    after: Callable[[], None] | None,
-    probe: dict[str, float],
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Wrap the timed region's hooks to read the GradScaler's scale outside it (a host sync)."""
-
-    def start() -> None:
-        probe["before"] = float(scaler.get_scale())
-        if before is not None:
-            before()
-
-    def stop() -> None:
-        if after is not None:
-            after()
-        probe["after"] = float(scaler.get_scale())
-
-    return start, stop
-
-
-def with_sampler(
-    sampler: NvmlSampler,
-    before: Callable[[], None] | None,
-    after: Callable[[], None] | None,
-    record: dict[str, Any],
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Wrap the timed region's hooks so that NVML samples exactly the timed steps;
-    the summary lands in ``record["gpu_telemetry"]``."""
-
-    def start() -> None:
-        if before is not None:
-            before()
-        sampler.start()
-
-    def stop() -> None:
-        record["gpu_telemetry"] = sampler.stop()
-        if after is not None:
-            after()
-
-    return start, stop
 
 
 def _check_arguments(cfg: TrainConfig) -> None:

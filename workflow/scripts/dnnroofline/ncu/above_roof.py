@@ -6,7 +6,7 @@ machine's peak (one GEMM shape, one library, a clock that dropped), so the roof 
 too low. Each kernel is held to the measured roof of its FLOP class: tensor-core
 kernels to the run's tensor precision (tf32 for an fp32 run, as
 :func:`dnnroofline.ncu.kernels.kernel_roof_at`), CUDA-core fp32 kernels to the fp32
-roof, each the roof :func:`dnnroofline.model.roofline.select_roof` gives from the
+roof, each the roof :func:`dnnroofline.estimate.roofline.select_roof` gives from the
 measured roofs alone (a datasheet roof is no proof of anything here). CUDA-core fp16
 and fp64 have no measured roof and are not compared.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import positive_number
-from dnnroofline.model import roofline
 from dnnroofline.ncu.kernels import class_precision, kernel_path, short_name
 
 #: At most this many kernels are named on the per-kernel plot (all are in the lists).

@@ -40,9 +40,9 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import finite_number, positive_number
 from dnnroofline.io import dig
-from dnnroofline.model import roofline
 from dnnroofline.ncu.hierarchy import step_levels
 from dnnroofline.ncu.parse import NCU_THEORETICAL
 from dnnroofline.study.precisions import TENSOR_PRECISIONS
@@ -86,7 +86,7 @@ class Roofs:
 def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     """Compute roofs and DRAM/L2/L1 bandwidth roofs of one ceilings file.
 
-    Compute and DRAM: :func:`dnnroofline.model.roofline.env_roofs`, the highest roof of
+    Compute and DRAM: :func:`dnnroofline.estimate.roofline.env_roofs`, the highest roof of
     each precision and source. L1/L2: the optional ``cache_roofs`` list. Raises
     InputError when there is no compute roof or no DRAM roof (the plots never draw
     against a guess) or when a cache roof is malformed.
@@ -272,13 +272,13 @@ def hierarchical_roof_at(roofs: Roofs, precision: str, level: str, ai: float) ->
     """The attainable FLOP/s at ``ai``: the precision's preferred compute roof, capped by
     ``level``'s preferred bandwidth roof where one exists (the compute roof alone
     otherwise); None without a compute roof for the precision."""
-    peak = best(compute_roofs_for(roofs, precision))
-    if peak is None:
+    compute_roof = best(compute_roofs_for(roofs, precision))
+    if compute_roof is None:
         return None
     bw = best(roofs.memory.get(level, {}))
     if bw is None:
-        return peak[1]
-    return roofline.roof(ai, peak[1], bw[1])
+        return compute_roof[1]
+    return roofline.roof(ai, compute_roof[1], bw[1])
 
 
 # --------------------------------------------------------------------------- per kernel
@@ -424,8 +424,8 @@ def kernel_roof_at(roofs: Roofs, ai: float, path: str | None, precision: str) ->
     """
     want = class_precision(path, precision)
     own = compute_roofs_for(roofs, want).values() if want is not None else ()
-    peak = max(own) if own else max(roofs.compute.values())
-    return min(peak, ai * max(roofs.memory["dram"].values()))
+    compute_roof = max(own) if own else max(roofs.compute.values())
+    return min(compute_roof, ai * max(roofs.memory["dram"].values()))
 
 
 # --------------------------------------------------------------------------- analytic vs ncu

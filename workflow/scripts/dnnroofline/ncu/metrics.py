@@ -4,7 +4,7 @@ The metric names the pipeline asks ncu for and reads back (FLOPs per CUDA-core
 instruction kind, tensor-path ops, bytes per memory level, time, peaks), how a value
 and its unit become a number (decimal prefixes, n/a as missing), and which of the
 overlapping tensor-path counters are summed. Used by the parser (:mod:`dnnroofline.ncu.parse`)
-and by the capture (:mod:`dnnroofline.ncu.profile`).
+and by the capture (:mod:`dnnroofline.ncu.command`).
 """
 
 from __future__ import annotations

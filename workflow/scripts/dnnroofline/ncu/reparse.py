@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dnnroofline.errors import InputError
+from dnnroofline.ncu.command import combine_passes
 from dnnroofline.ncu.parse import parse_ncu_text
-from dnnroofline.ncu.profile import combine_passes
 
 #: What the capture alone knew: kept as it was.
 CAPTURE_KEYS = (

@@ -1,7 +1,7 @@
 """The counter self-test, pure part: kernels whose answer is known, and the verdict.
 
 Before the study's captures, the ncu stage profiles, with the same metric set
-and the same two passes (:data:`dnnroofline.ncu.profile.PASSES`):
+and the same two passes (:data:`dnnroofline.ncu.command.PASSES`):
 
 * one large GEMM per precision of the study: ``C = A @ B`` with A of M x K and B
   of K x N. It does 2*M*N*K FLOPs (one multiply and one add per term). fp32 runs

@@ -31,19 +31,21 @@ from matplotlib.lines import Line2D
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
-from dnnroofline.plots.roof_artists import LINESTYLES
-from dnnroofline.plots.roofline import (
+from dnnroofline.estimate import roofline
+from dnnroofline.plots.figure import (
     AXIS_X,
     AXIS_Y,
-    MODEL_MARKERS,
-    POINT_MARKER_PT,
     SVG_RC,
-    batch_label_markers,
     decade_limits,
-    draw_roofs,
     save_figure,
     sectioned_legend,
+)
+from dnnroofline.plots.roof_artists import LINESTYLES
+from dnnroofline.plots.roofline import (
+    MODEL_MARKERS,
+    POINT_MARKER_PT,
+    batch_label_markers,
+    draw_roofs,
 )
 
 #: the arrow's colour by the comparison's verdict; "unknown": a pair compare.csv gives none

@@ -3,7 +3,7 @@
 Pure logic: DataFrames and dicts in, an Altair chart or an HTML string out; no
 file I/O. ``plot_interactive.py`` reads the files and writes the page. The rows come
 from :mod:`dnnroofline.plots.interactive_data`, the roofs from
-:func:`dnnroofline.model.roofline.roofs_to_draw`; the page is the Jinja template
+:func:`dnnroofline.estimate.roofline.roofs_to_draw`; the page is the Jinja template
 ``plots/templates/roofline_page.html``.
 
 A page holds one layered chart:
@@ -46,9 +46,9 @@ from markupsafe import Markup
 
 from dnnroofline.aggregate.inputs import ceilings_path
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import isnum
 from dnnroofline.install_cache import kept_per_install
-from dnnroofline.model import roofline
 from dnnroofline.plots.interactive_data import kernel_frame, point_frame
 from dnnroofline.plots.interactive_labels import (
     BATCH_LABEL_PX,
@@ -141,10 +141,10 @@ def _chart_data(points, ceilings_by_env, ncu_by_key, sources, max_kernels) -> _C
     for col in ("ai_low", "ai_high"):
         if col in pts:
             xs += [v for v in pts[col] if isnum(v) and v > 0]
-    peaks = [p.compute.value for p in pairs]
-    ys = list(pts["flops"]) + list(kern["flops"]) + peaks
+    compute_roofs = [p.compute.value for p in pairs]
+    ys = list(pts["flops"]) + list(kern["flops"]) + compute_roofs
     xlo, xhi = _decade_range(xs, 4, 4)
-    ylo, yhi = _decade_range(ys + [min(peaks) / 10], 5, 3)
+    ylo, yhi = _decade_range(ys + [min(compute_roofs) / 10], 5, 3)
     # one label per distinct roof, placed apart from close roofs' labels (roof_labels);
     # the right edge moves right until the labels clear the points (interactive_labels)
     roof_labels = compute_roof_labels(
@@ -247,13 +247,13 @@ def _compute_roof_rows(data: _ChartData) -> tuple[list[dict], list[dict], pd.Dat
     labels = [
         {
             "x": data.frame.xhi,
-            "y": peak,
+            "y": compute_roof,
             "text": lab.text,
             "series": data.series(lab.envs[0], prec),
             "shared": len(lab.envs) > 1,
             "dy": -dy,  # Vega's y grows downwards
         }
-        for ((prec, _source, peak), lab), dy in zip(
+        for ((prec, _source, compute_roof), lab), dy in zip(
             data.roof_labels.items(), data.roof_layout.dys, strict=True
         )
     ]
@@ -446,7 +446,7 @@ def roofline_chart(
     max_kernels: int | None = None,
 ) -> alt.LayerChart:
     """A layered, zoomable roofline of ``points`` over the envs' measured and datasheet roofs
-    (:func:`dnnroofline.model.roofline.roofs_to_draw` picks them)."""
+    (:func:`dnnroofline.estimate.roofline.roofs_to_draw` picks them)."""
     data = _chart_data(points, ceilings_by_env, ncu_by_key, ceilings_sources, max_kernels)
     color_enc = _color_encoding(data)
     mem_rows, mem_label_rows, mem_label_boxes = _memory_roof_rows(data)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.formatting import isnum, to_bool
-from dnnroofline.model.levers import short_lever
+from dnnroofline.perfmodel.levers import short_lever
 
 #: Kernels with fewer FLOPs than this are data movement (copies, fills): no AI to plot.
 MIN_KERNEL_FLOP = 1.0

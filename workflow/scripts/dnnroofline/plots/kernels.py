@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu.above_roof import NAMED_ON_PLOT
 from dnnroofline.ncu.kernels import (
     CACHE_LEVELS,
@@ -44,6 +44,17 @@ from dnnroofline.ncu.kernels import (
     marker_area,
     short_name,
 )
+from dnnroofline.plots.figure import (
+    SVG_RC,
+    above_roof_handle,
+    artist_gid,
+    decade_limits,
+    draw_above_roof_ring,
+    log_axes,
+    precision_color,
+    save_figure,
+    sectioned_legend,
+)
 from dnnroofline.plots.roof_artists import (
     BATCH_LABEL_PT,
     LINESTYLES,
@@ -57,17 +68,6 @@ from dnnroofline.plots.roof_artists import (
     text_width_pt,
 )
 from dnnroofline.plots.roof_labels import Box, Marker, compute_roof_labels, si
-from dnnroofline.plots.roofline import (
-    SVG_RC,
-    above_roof_handle,
-    artist_gid,
-    decade_limits,
-    draw_above_roof_ring,
-    log_axes,
-    precision_color,
-    save_figure,
-    sectioned_legend,
-)
 from dnnroofline.study.precisions import TENSOR_PRECISIONS
 
 AXIS_Y_STEP = "Attained performance (FLOP/s): ncu FLOPs / timed median step"
@@ -138,27 +138,28 @@ def _memory_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles
 
 
 def _compute_roofs(ax, env, roofs: list[tuple[str, str, float, float]], obstacles) -> list[Box]:
-    """Horizontal roofs ``(precision, source, peak, ridge)`` from their ridge to the right
+    """Horizontal roofs ``(precision, source, compute roof, ridge)`` from their ridge to the right
     edge, labelled there apart from each other; the right edge moves right until the
     labels clear ``obstacles``. Returns the labels' boxes (points)."""
     labels = compute_roof_labels(
-        ((env, prec, source, peak, ridge) for prec, source, peak, ridge in roofs), combined=False
+        ((env, prec, source, compute_roof, ridge) for prec, source, compute_roof, ridge in roofs),
+        combined=False,
     )
     xhi, dys, boxes = place_compute_roof_labels(
         ax, [(lab.text, key[2], lab.prefer_above) for key, lab in labels.items()], obstacles
     )
     label_dy = dict(zip(labels, dys, strict=True))
-    for prec, source, peak, ridge in roofs:
+    for prec, source, compute_roof, ridge in roofs:
         draw_compute_roof(
             ax,
-            peak,
+            compute_roof,
             min(ridge, xhi),
             xhi,
             color=precision_color(prec),
             source=source,
             gid=artist_gid("roof", env, "compute", prec, source),
-            label=labels[(prec, source, peak)].text,
-            label_dy=label_dy[(prec, source, peak)],
+            label=labels[(prec, source, compute_roof)].text,
+            label_dy=label_dy[(prec, source, compute_roof)],
         )
     return boxes
 
@@ -208,26 +209,26 @@ def _unmeasurable_note(ax, level: str, reason: str, row: int, gid: str) -> None:
 
 
 def _hierarchical_frame(point: HierarchicalPoint, roofs: Roofs):
-    """(the precision's compute peaks {source: FLOP/s}, each level's bandwidth roofs, axis
+    """(the precision's compute roofs {source: FLOP/s}, each level's bandwidth roofs, axis
     limits); refuses a precision without a compute peak."""
-    peaks = compute_roofs_for(roofs, point.precision)
-    if not peaks:
+    compute_roofs = compute_roofs_for(roofs, point.precision)
+    if not compute_roofs:
         have = sorted({p for p, _ in roofs.compute})
         raise InputError(
             f"env {point.env!r} has no compute peak for precision {point.precision!r} "
             f"(ceilings have {have}); the roofline is never drawn against a guess"
         )
-    top_peak = max(peaks.values())
+    top_roof = max(compute_roofs.values())
     # a level no counter can measure gets no roof either: nothing to hold against it
     mem = {lv: {} if lv in point.unmeasurable else roofs.memory.get(lv, {}) for lv in LEVELS}
-    ridges = [top_peak / bw for lv in LEVELS for bw in mem[lv].values()]
+    ridges = [top_roof / bw for lv in LEVELS for bw in mem[lv].values()]
     ais = [a for a in point.ai.values() if a is not None]
-    ys = list(peaks.values()) + ([point.attained_flops] if point.attained_flops else [])
+    ys = list(compute_roofs.values()) + ([point.attained_flops] if point.attained_flops else [])
     # keep the diagonal roofs inside the frame at the low end
     ys += [min(ais + ridges) / 4 * min(bw for lv in LEVELS for bw in mem[lv].values())]
     xlim, (ylo, yhi) = decade_limits(ais + ridges, ys)
     ylo = max(ylo, min(ys) / 10)
-    return peaks, mem, xlim, (10 ** math.floor(math.log10(ylo)), yhi)
+    return compute_roofs, mem, xlim, (10 ** math.floor(math.log10(ylo)), yhi)
 
 
 def _level_markers(point: HierarchicalPoint) -> dict[str, tuple[float, float, Marker]]:
@@ -245,16 +246,16 @@ def _level_markers(point: HierarchicalPoint) -> dict[str, tuple[float, float, Ma
     return out
 
 
-def _hierarchical_roofs(ax, point: HierarchicalPoint, peaks, mem, markers) -> list[Box]:
+def _hierarchical_roofs(ax, point: HierarchicalPoint, compute_roofs, mem, markers) -> list[Box]:
     """The precision's compute roofs and each level's bandwidth roofs; the labels' boxes."""
-    top_peak = max(peaks.values())
+    top_roof = max(compute_roofs.values())
     dram = mem["dram"]
     boxes = _compute_roofs(
         ax,
         point.env,
         [
-            (point.precision, source, peak, peak / dram[_paired_dram(dram, source)])
-            for source, peak in sorted(peaks.items())
+            (point.precision, source, compute_roof, compute_roof / dram[_paired_dram(dram, source)])
+            for source, compute_roof in sorted(compute_roofs.items())
         ],
         marker_obstacles(ax, markers),
     )
@@ -262,7 +263,7 @@ def _hierarchical_roofs(ax, point: HierarchicalPoint, peaks, mem, markers) -> li
         ax,
         point.env,
         [
-            (lv, source, bw, top_peak / bw)
+            (lv, source, bw, top_roof / bw)
             for lv in LEVELS
             for source, bw in sorted(mem[lv].items())
         ],
@@ -401,7 +402,7 @@ def plot_hierarchical(
 
     Returns ``{"points": n, "levels": [...], "above_roof": n, "cache_roofs": n}``.
     """
-    peaks, mem, xlim, ylim = _hierarchical_frame(point, roofs)
+    compute_roofs, mem, xlim, ylim = _hierarchical_frame(point, roofs)
     title = title or (
         f"Hierarchical roofline: {point.env} {point.model} {point.precision} "
         f"bs{point.batch} (ncu counts)"
@@ -410,7 +411,7 @@ def plot_hierarchical(
         fig = Figure(figsize=(10.5, 6.5))
         ax = log_axes(fig, title, AXIS_Y_STEP, xlim, ylim, fontsize=10)
         markers = _level_markers(point)
-        boxes = _hierarchical_roofs(ax, point, peaks, mem, list(markers.values()))
+        boxes = _hierarchical_roofs(ax, point, compute_roofs, mem, list(markers.values()))
         spots = dict(
             zip(markers, place_point_labels_pt(ax, list(markers.values()), boxes), strict=True)
         )
@@ -601,11 +602,11 @@ def plot_kernels(
     pts = kset.points
     dram = roofs.memory["dram"]
     comp_specs = [
-        (prec, source, peak, peak / dram[_paired_dram(dram, source)])
-        for (prec, source), peak in sorted(roofs.compute.items())
+        (prec, source, compute_roof, compute_roof / dram[_paired_dram(dram, source)])
+        for (prec, source), compute_roof in sorted(roofs.compute.items())
     ]
-    max_peak = max(s[2] for s in comp_specs)
-    ridges = [s[3] for s in comp_specs] + [max_peak / bw for bw in dram.values()]
+    top_roof = max(s[2] for s in comp_specs)
+    ridges = [s[3] for s in comp_specs] + [top_roof / bw for bw in dram.values()]
     ys = [p.flops_rate for p in pts] + [s[2] for s in comp_specs]
     xlim, ylim = decade_limits([p.ai for p in pts] + ridges, ys)
     with rc_context(SVG_RC):
@@ -616,7 +617,7 @@ def plot_kernels(
         boxes += _memory_roofs(
             ax,
             env,
-            [("dram", source, bw, max_peak / bw) for source, bw in sorted(dram.items())],
+            [("dram", source, bw, top_roof / bw) for source, bw in sorted(dram.items())],
             marker_obstacles(ax, markers),
         )
         sizes, n_above = _draw_kernels(

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dnnroofline.aggregate.check import METHODS
-from dnnroofline.plots.roofline import SVG_RC, save_figure
+from dnnroofline.plots.figure import SVG_RC, save_figure
 
 #: The band drawn around y = x: predictions within ±10% of the measurement.
 BAND = 0.10

@@ -1,5 +1,5 @@
-"""Roofs and their labels on a matplotlib axes, for the static rooflines (:mod:`plots`,
-:mod:`kernel_plots`).
+"""Roofs and their labels on a matplotlib axes, for the static rooflines
+(:mod:`dnnroofline.plots.roofline`, :mod:`dnnroofline.plots.kernels`).
 
 Where each label goes is decided by :mod:`dnnroofline.plots.roof_labels` (pure geometry);
 this module measures the texts, turns data coordinates into on-screen points (1/72
@@ -68,13 +68,13 @@ def text_width_pt(text: str, size: float) -> float:
 # --------------------------------------------------------------------------- roofs
 
 
-def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, label_dy=0.0):
+def draw_compute_roof(ax, compute_roof, x_start, x_end, *, color, source, gid, label, label_dy=0.0):
     """A horizontal compute roof, labelled at its right end, the label's centre
     ``label_dy`` points above the line (place_compute_roof_labels). ``label=None``
     draws the line alone."""
     ax.plot(
         [x_start, x_end],
-        [peak, peak],
+        [compute_roof, compute_roof],
         color=color,
         linestyle=LINESTYLES[source],
         linewidth=1.6,
@@ -85,7 +85,7 @@ def draw_compute_roof(ax, peak, x_start, x_end, *, color, source, gid, label, la
         return
     ax.annotate(
         label,
-        (x_end, peak),
+        (x_end, compute_roof),
         xytext=(-ROOF_LABEL_GAP_PT, label_dy),
         textcoords="offset points",
         ha="right",
@@ -134,13 +134,13 @@ def draw_memory_roof(ax, bw, x_start, x_end, *, color, source, gid, label, label
 def place_compute_roof_labels(
     ax, labels: list[tuple[str, float, bool]], obstacles: list[Obstacle]
 ) -> tuple[float, list[float], list[Box]]:
-    """Compute roof labels ``(text, peak, prefers above)``, right-aligned at the axis'
+    """Compute roof labels ``(text, compute roof, prefers above)``, right-aligned at the axis'
     right edge: placed apart from each other and from the lines (place_labels), and the
     right edge moved right, and set, until they clear ``obstacles`` (right_edge_clear_of).
     Returns the right edge, each label's centre offset from its line and their boxes
     (points, as :func:`to_points` gives them)."""
     (xlo, xhi), dpi = ax.get_xlim(), ax.figure.dpi
-    heights = [to_points(ax, xhi, peak)[1] for _, peak, _ in labels]
+    heights = [to_points(ax, xhi, compute_roof)[1] for _, compute_roof, _ in labels]
     placed = place_labels(heights, [above for *_, above in labels])
     spans = [
         (text_width_pt(text, ROOF_LABEL_PT), c - LABEL_HEIGHT_PT / 2, c + LABEL_HEIGHT_PT / 2)

@@ -38,29 +38,29 @@ class RoofLabel:
 def compute_roof_labels(
     roofs: Iterable[tuple[str, str, str, float, float]], combined: bool
 ) -> dict[tuple[str, str, float], RoofLabel]:
-    """One label per distinct compute roof, keyed (precision, source, peak), from
-    ``(env, precision, source, peak, ridge)`` rows. Envs that share a roof share its
+    """One label per distinct compute roof, keyed (precision, source, compute roof), from
+    ``(env, precision, source, compute roof, ridge)`` rows. Envs that share a roof share its
     label, the ridge shown as a range where their memory roofs differ. Of an env's roofs
     of one precision, the highest prefers its label above the line and the others below;
     a lone roof: measured below, datasheet above."""
     roofs = list(roofs)
     envs: dict[tuple[str, str, float], list[str]] = {}
     ridges: dict[tuple[str, str, float], list[float]] = {}
-    for env, prec, source, peak, ridge in roofs:
-        envs.setdefault((prec, source, peak), []).append(env)
-        ridges.setdefault((prec, source, peak), []).append(ridge)
+    for env, prec, source, compute_roof, ridge in roofs:
+        envs.setdefault((prec, source, compute_roof), []).append(env)
+        ridges.setdefault((prec, source, compute_roof), []).append(ridge)
     labels = {}
-    for (prec, source, peak), names in envs.items():
+    for (prec, source, compute_roof), names in envs.items():
         lo, hi = (
-            f"{min(ridges[(prec, source, peak)]):.3g}",
-            f"{max(ridges[(prec, source, peak)]):.3g}",
+            f"{min(ridges[(prec, source, compute_roof)]):.3g}",
+            f"{max(ridges[(prec, source, compute_roof)]):.3g}",
         )
         peers = {r[3] for r in roofs if r[1] == prec and r[0] in names}
-        labels[(prec, source, peak)] = RoofLabel(
+        labels[(prec, source, compute_roof)] = RoofLabel(
             envs=names,
             text=f"{', '.join(names) + ' ' if combined else ''}{prec} {source}: "
-            f"{si(peak, 'FLOP/s')} · ridge {lo if lo == hi else f'{lo}–{hi}'} FLOP/B",
-            prefer_above=peak >= max(peers) if len(peers) > 1 else source != "measured",
+            f"{si(compute_roof, 'FLOP/s')} · ridge {lo if lo == hi else f'{lo}–{hi}'} FLOP/B",
+            prefer_above=compute_roof >= max(peers) if len(peers) > 1 else source != "measured",
         )
     return labels
 

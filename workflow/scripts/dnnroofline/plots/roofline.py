@@ -1,4 +1,5 @@
-"""Static plots: rooflines and throughput curves (matplotlib, no pyplot state).
+"""The study's static roofline (matplotlib, no pyplot state), drawn with the figures'
+kit (:mod:`dnnroofline.plots.figure`).
 
 Each figure is written as PNG (150 dpi) and SVG, atomically. SVG text stays
 text (``svg.fonttype = none``) and artists carry ``gid`` attributes, so tests
@@ -11,9 +12,6 @@ and browsers can find them:
 - ``roof-{env}-memory-{source}``                     diagonal memory roof
 - ``ridge-{env}-{precision}-{source}``               ridge-point marker
 - ``sweep-{env}-{model}-{precision}``                thin line joining its batch sizes
-- ``throughput-{env}-{model}-{precision}``           one throughput curve (markers: medians)
-- ``errorbar-{env}-{model}-{precision}``             its min..max bars over repeats
-- ``failed-{env}-{model}-{precision}-bs{batch}``     a batch where every run failed
 
 Measured roofs are solid, datasheet roofs dashed. Colour encodes precision,
 marker shape the model; in a plot with several envs the marker fill style
@@ -26,23 +24,28 @@ import math
 import os
 from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
-from matplotlib import rc_context, rcParams
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-from matplotlib.transforms import Bbox, blended_transform_factory
 
 from dnnroofline.aggregate.inputs import ceilings_path
-from dnnroofline.aggregate.metrics import group_summary
 from dnnroofline.aggregate.points import plottable_points
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import to_bool
-from dnnroofline.io import atomic_path
-from dnnroofline.model import roofline
+from dnnroofline.plots.figure import (
+    AXIS_Y,
+    SVG_RC,
+    above_roof_handle,
+    artist_gid,
+    decade_limits,
+    draw_above_roof_ring,
+    log_axes,
+    precision_color,
+    save_figure,
+    sectioned_legend,
+)
 from dnnroofline.plots.roof_artists import (
     BATCH_LABEL_PT,
     LINESTYLES,
@@ -57,145 +60,15 @@ from dnnroofline.plots.roof_artists import (
     to_points,
 )
 from dnnroofline.plots.roof_labels import Marker, Obstacle, compute_roof_labels, memory_roof_labels
-from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS
 
-DPI = 150
-AXIS_X = "Arithmetic intensity (FLOP/byte)"
-AXIS_Y = "Attained performance (FLOP/s)"
-ABOVE_ROOF_LABEL = "above roof: check peak"
-ABOVE_ROOF_COLOR = "red"
 AI_RANGE_LABEL = "analytic AI range (per-layer model .. minimum bytes)"
 POINT_MARKER_PT = 7  # a roofline point's marker, which the labels keep clear of
 
-PRECISION_COLORS = dict(
-    zip(PRECISIONS, ["tab:blue", "tab:green", "tab:orange", "tab:purple"], strict=True)
-)
-# a roof named by its compute dtype (amp's fp16) takes its precision's colour
-PRECISION_COLORS |= {COMPUTE_DTYPE[p]: c for p, c in PRECISION_COLORS.items()}
-PRECISION_COLORS |= {"fp64": "tab:brown", "int8": "tab:olive"}
-_SPARE_COLORS = ["tab:cyan", "tab:pink", "tab:gray", "black"]  # never red: red is the flag
 MODEL_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p"]
 ENV_FILLSTYLES = ["full", "none", "left", "bottom", "right", "top"]
-ENV_LINESTYLES = ["-", "--", ":", "-."]
-#: rc settings every static plot draws under: SVG text stays text, and the SVG ids are the
-#: same on every run (a fixed hash salt), so a plot rebuilt from the same data is unchanged.
-SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "dnn-roofline"}
-
-
-def precision_color(precision: str) -> str:
-    p = str(precision).lower()
-    if p in PRECISION_COLORS:
-        return PRECISION_COLORS[p]
-    return _SPARE_COLORS[sum(map(ord, p)) % len(_SPARE_COLORS)]
-
-
-def artist_gid(*parts: object) -> str:
-    """The SVG id of a plotted artist: its parts joined by '-', spaces made '_' (the ids
-    listed at the top of this module, by which tests and browsers find an artist)."""
-    return "-".join(str(p).replace(" ", "_") for p in parts)
-
-
-def tight_box(fig: Figure) -> Bbox:
-    """The figure's tight bounding box (inches, padded as savefig pads it), measured as
-    ``savefig(bbox_inches="tight", dpi=DPI)`` measures it for a PNG. A layout engine's
-    result is kept: the figure is not laid out again for each format."""
-    dpi = fig.dpi
-    fig.set_dpi(DPI)
-    FigureCanvasAgg(fig)
-    fig.draw_without_rendering()
-    box = fig.get_tightbbox().padded(rcParams["savefig.pad_inches"])
-    fig.set_layout_engine("none")
-    fig.set_dpi(dpi)
-    return box
-
-
-def save_figure(fig: Figure, out_png: str | os.PathLike | None, out_svg: str | os.PathLike | None):
-    """Render ``fig`` to PNG and SVG, each via a temporary file renamed into place.
-
-    Both formats take one tight box, measured once: ``bbox_inches="tight"`` would draw
-    each format twice (once to measure, once to save), and text extents measured by the
-    SVG backend differ a little from Agg's, so the two crops differed by a few points."""
-    box = tight_box(fig)
-    for path, fmt, meta in ((out_png, "png", {}), (out_svg, "svg", {"Date": None})):
-        if path is None:
-            continue
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches=box, metadata=meta)
 
 
 # --------------------------------------------------------------------------- roofline
-
-
-def log_axes(fig: Figure, title: str, ylabel: str, xlim, ylim, **title_kw):
-    """Log-log roofline axes with a light grid behind the artists."""
-    ax = fig.add_subplot()
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(*xlim)
-    ax.set_ylim(*ylim)
-    ax.set_xlabel(AXIS_X)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, **title_kw)
-    ax.grid(True, which="major", color="0.88", linewidth=0.6)
-    ax.grid(True, which="minor", color="0.95", linewidth=0.4)
-    ax.set_axisbelow(True)
-    return ax
-
-
-def decade_limits(xs: list[float], ys: list[float]):
-    """((xlo, xhi), (ylo, yhi)): whole decades that hold ``xs`` and ``ys`` with a margin."""
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)] or [1.0]
-    ys = [y for y in ys if y and y > 0 and math.isfinite(y)] or [1.0]
-    xlo = 10 ** math.floor(math.log10(min(xs) / 4))
-    xhi = 10 ** math.ceil(math.log10(max(xs) * 4))
-    ylo = 10 ** math.floor(math.log10(min(ys) / 5))
-    yhi = 10 ** math.ceil(math.log10(max(ys) * 3))
-    return (xlo, xhi), (ylo, yhi)
-
-
-# the red ring of a point above its roof (the legend's entry draws it smaller)
-_ABOVE_ROOF_RING = dict(
-    linestyle="none",
-    marker="o",
-    markerfacecolor="none",
-    markeredgecolor=ABOVE_ROOF_COLOR,
-    markeredgewidth=1.8,
-)
-
-
-def draw_above_roof_ring(ax, x: float, y: float, gid: str, *, zorder: float = 7):
-    """A red ring around a point above its roof: the peak behind it needs checking."""
-    ax.plot([x], [y], markersize=15, gid=gid, zorder=zorder, **_ABOVE_ROOF_RING)
-
-
-def above_roof_handle() -> Line2D:
-    """The legend entry of draw_above_roof_ring."""
-    return Line2D([], [], markersize=11, label=ABOVE_ROOF_LABEL, **_ABOVE_ROOF_RING)
-
-
-def sectioned_legend(
-    ax, sections: list[tuple[str, list]], *, fontsize: float = 7.5, labelspacing: float = 0.5
-):
-    """A legend right of the axes: each non-empty (title, handles) section under a bold title."""
-    handles, headers = [], []
-    for title, items in sections:
-        if not items:
-            continue
-        headers.append(len(handles))
-        handles.append(Patch(visible=False, label=title))
-        handles.extend(items)
-    leg = ax.legend(
-        handles=handles,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=fontsize,
-        frameon=False,
-        handlelength=2.4,
-        labelspacing=labelspacing,
-    )
-    for i, text in enumerate(leg.get_texts()):
-        if i in headers:
-            text.set_fontweight("bold")
 
 
 def _ai_range(r) -> tuple[float, float] | None:
@@ -289,12 +162,12 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
             label_dy=mem_dy[(msrc, bw)],
         )
     for p in pairs:  # horizontal from their ridge to the right edge, ridge marked
-        prec, source, peak = p.compute.precision, p.compute.source, p.compute.value
-        key = (prec, source, peak)
+        prec, source, compute_roof = p.compute.precision, p.compute.source, p.compute.value
+        key = (prec, source, compute_roof)
         color = precision_color(prec)
         draw_compute_roof(
             ax,
-            peak,
+            compute_roof,
             p.ridge,
             xhi,
             color=color,
@@ -305,7 +178,7 @@ def draw_roofs(ax, pairs, combined: bool, pts: pd.DataFrame, batch_markers) -> t
         )
         ax.plot(
             [p.ridge],
-            [peak],
+            [compute_roof],
             marker="D",
             markersize=4.5,
             color=color,
@@ -484,7 +357,7 @@ def plot_roofline(
     > 0) must belong to one of them. With one env all its compute roofs are
     drawn; with several, only those of precisions that have points in that env
     (all of them for an env without points), each labelled with its env
-    (:func:`dnnroofline.model.roofline.roofs_to_draw`).
+    (:func:`dnnroofline.estimate.roofline.roofs_to_draw`).
     Returns counts, ``{"points": n, "above_roof": n, "roofs": n, "ai_ranges": n}``, and
     ``x_max``: the AI axis' right edge (moved right until the roof labels clear the points).
     """
@@ -531,140 +404,3 @@ def plot_roofline(
 
 
 # --------------------------------------------------------------------------- throughput
-
-
-def _throughput_line(ax, ok: pd.DataFrame, env: str, model: str, prec: str, linestyle: str):
-    """Median images/s per batch size, bars from min to max over the ok repeats."""
-    med = ok["images_per_s"].to_numpy(float)
-    yerr = np.vstack(
-        [
-            med - ok["images_per_s_min"].to_numpy(float),
-            ok["images_per_s_max"].to_numpy(float) - med,
-        ]
-    )
-    cont = ax.errorbar(
-        ok["batch_size"].to_numpy(float),
-        med,
-        yerr=yerr,
-        color=precision_color(prec),
-        linestyle=linestyle,
-        marker="o",
-        markersize=4.5,
-        capsize=3,
-        linewidth=1.5,
-    )
-    cont.lines[0].set_gid(artist_gid("throughput", env, model, prec))
-    for coll in cont.lines[2]:
-        coll.set_gid(artist_gid("errorbar", env, model, prec))
-
-
-def _failed_marks(ax, batches, env: str, model: str, prec: str) -> int:
-    """A red x at the bottom of the subplot for each batch where every run failed."""
-    trans = blended_transform_factory(ax.transData, ax.transAxes)
-    for b in batches:
-        ax.plot(
-            [float(b)],
-            [0.04],
-            transform=trans,
-            marker="x",
-            markersize=7,
-            color=ABOVE_ROOF_COLOR,
-            linestyle="none",
-            gid=artist_gid("failed", env, model, prec, f"bs{int(b)}"),
-            clip_on=False,
-        )
-    return len(batches)
-
-
-def _batch_axis(ax, model: str, batches: list[int]) -> None:
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(batches))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    if len(batches) == 1:
-        ax.set_xlim(batches[0] / 1.5, batches[0] * 1.5)
-    ax.set_ylim(bottom=0)
-    ax.set_title(model)
-    ax.set_xlabel("Batch size")
-    ax.set_ylabel("Throughput (images/s)")
-    ax.grid(True, color="0.9", linewidth=0.6)
-
-
-def _throughput_panel(ax, sub: pd.DataFrame, model: str, env_ls, legend_handles) -> tuple:
-    """One model's subplot: a line per (env, precision); returns (lines, failed batches)."""
-    n_lines = n_failed = 0
-    for (env, prec), g in sub.groupby(["env", "precision"], sort=True):
-        g = g.sort_values("batch_size")
-        ok = g[g["runs_ok"] > 0]
-        label = f"{env} {prec}"
-        if len(ok):
-            _throughput_line(ax, ok, env, model, prec, env_ls[env])
-            n_lines += 1
-            legend_handles.setdefault(
-                label,
-                Line2D(
-                    [],
-                    [],
-                    color=precision_color(prec),
-                    linestyle=env_ls[env],
-                    marker="o",
-                    label=label,
-                ),
-            )
-        n_failed += _failed_marks(
-            ax, list(g.loc[g["runs_ok"] == 0, "batch_size"]), env, model, prec
-        )
-    _batch_axis(ax, model, sorted(int(b) for b in sub["batch_size"].unique()))
-    return n_lines, n_failed
-
-
-def plot_throughput(
-    metrics: pd.DataFrame,
-    out_png: str | os.PathLike | None,
-    out_svg: str | os.PathLike | None,
-    title: str = "Training throughput",
-) -> dict:
-    """Images/s vs batch size, one subplot per model, one line per (env, precision).
-
-    The marker is the median over ok repeats, error bars span their min..max.
-    A batch where every run failed (OOM, error) is marked by a red x at the
-    bottom of the subplot. Returns ``{"lines": n, "failed": n}``.
-    """
-    summ = group_summary(metrics)
-    models = sorted(summ["model"].unique()) if len(summ) else []
-    envs = sorted(summ["env"].unique()) if len(summ) else []
-    env_ls = {e: ENV_LINESTYLES[i % len(ENV_LINESTYLES)] for i, e in enumerate(envs)}
-    ncols = max(1, min(3, len(models)))
-    nrows = max(1, math.ceil(len(models) / ncols))
-    n_lines = n_failed = 0
-    with rc_context(SVG_RC):
-        fig = Figure(figsize=(4.3 * ncols + 2.2, 3.5 * nrows + 0.6), layout="constrained")
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-        legend_handles: dict[str, Line2D] = {}
-        for ax, model in zip(axes, models, strict=False):
-            sub = summ[summ["model"] == model]
-            lines, failed = _throughput_panel(ax, sub, model, env_ls, legend_handles)
-            n_lines, n_failed = n_lines + lines, n_failed + failed
-        for ax in axes[len(models) :]:
-            ax.set_visible(False)
-        if not models:
-            axes[0].set_visible(True)
-            axes[0].text(0.5, 0.5, "no runs", ha="center", va="center", color="0.4")
-            axes[0].set_axis_off()
-        handles = [legend_handles[k] for k in sorted(legend_handles)]
-        if n_failed:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    marker="x",
-                    color=ABOVE_ROOF_COLOR,
-                    linestyle="none",
-                    label="every run failed (oom/error)",
-                )
-            )
-        if handles:
-            fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-        fig.suptitle(title + "  (median over repeats; bars: min..max)")
-        save_figure(fig, out_png, out_svg)
-    return {"lines": n_lines, "failed": n_failed}

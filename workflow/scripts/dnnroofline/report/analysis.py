@@ -9,10 +9,11 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import isnum
-from dnnroofline.model import levers, roofline
-from dnnroofline.model.levers import LOW_EFFICIENCY
-from dnnroofline.ncu.profile import parse_compute_capability
+from dnnroofline.ncu.command import parse_compute_capability
+from dnnroofline.perfmodel import levers
+from dnnroofline.perfmodel.levers import LOW_EFFICIENCY
 from dnnroofline.report import compare, data, env_compare, memory
 from dnnroofline.report.render import section
 from dnnroofline.study.precisions import HALF_PRECISIONS
@@ -86,7 +87,7 @@ def _cuda_cc(info: Mapping) -> tuple[int, int] | None:
 
 
 def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> levers.PointFacts:
-    """What the lever engine (:func:`dnnroofline.model.levers.levers`) needs of one point,
+    """What the lever engine (:func:`dnnroofline.perfmodel.levers.levers`) needs of one point,
     from the study's files: its env's machine and options, its batch span, its bytes."""
     env, model, prec, b = r["env"], r["model"], r["precision"], int(r["batch_size"])
     info = env_infos.get(env) or {}
@@ -126,7 +127,7 @@ def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> lev
         channels_last=options["channels_last"],
         ai_span=span,
         min_bytes=pair if all(isnum(v) for v in pair) else None,
-        higher_peaks=[{"precision": p, "peak": roof.value} for p, roof in higher],
+        higher_roofs=[{"precision": p, "roof": roof.value} for p, roof in higher],
         data_wait_share=wait if isnum(wait) else None,
     )
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from dnnroofline.formatting import isnum
 from dnnroofline.measure import contention
-from dnnroofline.model.levers import short_lever
+from dnnroofline.perfmodel.levers import short_lever
 from dnnroofline.report import data
 from dnnroofline.study.precisions import PRECISIONS
 

@@ -16,8 +16,9 @@ import pandas as pd
 from dnnroofline.aggregate.metrics import METRICS_COLUMNS, group_nproc, images_per_s_at
 from dnnroofline.aggregate.points import POINTS_COLUMNS
 from dnnroofline.errors import InputError
+from dnnroofline.estimate import roofline
 from dnnroofline.formatting import isnum, missing, to_bool
-from dnnroofline.model import levers, roofline
+from dnnroofline.perfmodel import levers
 from dnnroofline.study import defaults, identity
 
 # The ledgers' columns are defined once, where they are written.
@@ -36,7 +37,7 @@ POINT_TEXT = (
     "kernel_time_source",
     "host_wait_cause",
 )
-#: ``host``: the device idles much of the step (dnnroofline.model.busy_share), whatever the AI
+#: ``host``: the device idles much of the step (dnnroofline.measure.busy_share), whatever the AI
 BOUNDS = ("memory", "compute", "inconclusive", "host")
 
 #: A configuration whose per-step CV (or CV of images/s over repeats) exceeds
@@ -285,7 +286,8 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def valid_roofs(ceil: Mapping | None) -> list[roofline.Roof]:
-    """The valid roofs of a ceilings JSON (dnnroofline.model.roofline rules; bad entries skipped).
+    """The valid roofs of a ceilings JSON (the rules of :mod:`dnnroofline.estimate.roofline`;
+    bad entries skipped).
 
     The roofline stage already refused invalid ceilings; the report still renders
     whatever is valid, so one bad entry never hides the rest.

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.formatting import fmt_batches, isnum, join, sig
-from dnnroofline.model.levers import LOW_EFFICIENCY
+from dnnroofline.perfmodel.levers import LOW_EFFICIENCY
 from dnnroofline.report import data, env_compare
 from dnnroofline.report.render import section
 

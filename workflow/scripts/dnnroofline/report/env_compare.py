@@ -181,9 +181,7 @@ def break_even_steps(extra_s: float, eager_step_s: float, compiled_step_s: float
     return float(max(0, math.ceil(extra_s / saving)))
 
 
-def scaling_efficiency(
-    ips: float, base_ips: float, resources: float, base_resources: float
-) -> float:
+def scaling_share(ips: float, base_ips: float, resources: float, base_resources: float) -> float:
     """Throughput against linear scaling of the baseline's throughput per resource."""
     return ips / (base_ips * resources / base_resources)
 
@@ -291,7 +289,7 @@ def scaling_rows(
                     resources=res,
                     base_resources=base_res,
                     unit=unit,
-                    efficiency=scaling_efficiency(ips[key], b, res, base_res),
+                    scaling=scaling_share(ips[key], b, res, base_res),
                 )
             rows.append(row)
     return rows

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import roofline
+from dnnroofline.estimate import roofline
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
 from dnnroofline.study.identity import config_key
 from dnnroofline.study.precisions import precision_of_roof
@@ -36,10 +36,10 @@ def _roofs(ceilings: Mapping, where: str) -> list[Mapping]:
     return roofs
 
 
-def ceiling_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
+def roof_rows(ceilings: Mapping, where: str = "ceilings.json") -> list[list[str]]:
     """[roof, measured, datasheet, measured / datasheet] per compute precision and memory,
     in the file's order: of each source the roof the study uses
-    (:func:`dnnroofline.model.roofline.select_roof`)."""
+    (:func:`dnnroofline.estimate.roofline.select_roof`)."""
     roofs = roofline.parse_roofs({"roofs": _roofs(ceilings, where)}, where)
     keys = list(
         dict.fromkeys(
@@ -228,7 +228,7 @@ def summary_markdown(
             f"# gpu-check: env {env} on {device}",
             "## Ceilings: measured against datasheet",
             markdown_table(
-                ["roof", "measured", "datasheet", "measured / datasheet"], ceiling_rows(ceilings)
+                ["roof", "measured", "datasheet", "measured / datasheet"], roof_rows(ceilings)
             ),
             "## Counter self-test (known GEMM per precision, known copy)",
             markdown_table(["precision", "verdict", "why"], selftest_rows(selftest)),

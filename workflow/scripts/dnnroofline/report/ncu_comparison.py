@@ -5,7 +5,7 @@ total, and the analytic minimum DRAM bytes and the per-op traffic model's bytes 
 ncu's DRAM bytes, each as the ratio ``analytic / ncu``, with an explanation generated
 from the numbers (the capture's kernels grouped by class where the model misses some),
 and the counter self-test verdicts of each env. The AI range is the point's own
-(:func:`dnnroofline.model.traffic.point_ai_range`, as in ``roofline_points.csv``). Numbers
+(:func:`dnnroofline.estimate.traffic.point_ai_range`, as in ``roofline_points.csv``). Numbers
 and HTML out (``write_ncu_comparison.py``).
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 
 from dnnroofline.aggregate.inputs import key_by_identity
+from dnnroofline.estimate import traffic
 from dnnroofline.formatting import (
     finite_number,
     fmt_ai,
@@ -26,7 +27,7 @@ from dnnroofline.formatting import (
     sig,
 )
 from dnnroofline.io import dig
-from dnnroofline.model import busy_share, traffic
+from dnnroofline.measure import busy_share
 from dnnroofline.ncu.above_roof import summary_line
 from dnnroofline.ncu.kernel_classes import totals_by_kernel_class
 from dnnroofline.ncu.kernels import kernel_points, ncu_status

@@ -16,9 +16,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from dnnroofline.estimate.roofline import HOST_BOUND_BELOW
 from dnnroofline.formatting import FILTERS, isnum
-from dnnroofline.model.levers import HIGH_EFFICIENCY, LOW_EFFICIENCY
-from dnnroofline.model.roofline import HOST_BOUND_BELOW
+from dnnroofline.perfmodel.levers import HIGH_EFFICIENCY, LOW_EFFICIENCY
 from dnnroofline.report import data
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -41,7 +41,7 @@ from dnnroofline.report.analysis import analysis_section
 from dnnroofline.report.complexity import complexity_section
 from dnnroofline.report.design import design_section
 from dnnroofline.report.measurement import measurement_section
-from dnnroofline.report.model import model_section
+from dnnroofline.report.perfmodel import perfmodel_section
 from dnnroofline.report.reproducibility import reproducibility_section
 from dnnroofline.report.roofline import roofline_section
 
@@ -83,7 +83,7 @@ BUILDERS: dict[str, Callable[[dict], str]] = {
         i["benchmarks"],
         i["lock"],
     ),
-    "model": lambda i: model_section(i["predictions"], i["prediction_check"], i["parity_svg"]),
+    "model": lambda i: perfmodel_section(i["predictions"], i["prediction_check"], i["parity_svg"]),
 }
 
 

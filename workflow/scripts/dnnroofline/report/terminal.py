@@ -14,7 +14,7 @@ import pandas as pd
 from dnnroofline.aggregate.compare import describe, regressions
 from dnnroofline.formatting import fmt_pct, fmt_time, isnum, sig
 from dnnroofline.measure import contention
-from dnnroofline.model.scoring import check_summary
+from dnnroofline.perfmodel.scoring import check_summary
 from dnnroofline.report import compare, data
 from dnnroofline.report.before_after import verdict_rows
 

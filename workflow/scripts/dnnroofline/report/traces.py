@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from dnnroofline.model.roofline import HOST_BOUND_BELOW
+from dnnroofline.estimate.roofline import HOST_BOUND_BELOW
 from dnnroofline.report import data
 from dnnroofline.report.render import section
 
@@ -80,7 +80,7 @@ def entry(doc: Mapping[str, Any], table_path: str, out_dir: str, untraced: Mappi
 
 
 def busy_facts(busy: Mapping[str, Any] | None, untraced_s: float | None) -> dict | None:
-    """The trace's busy time per step (dnnroofline.model.busy_share), the point's kernel-busy
+    """The trace's busy time per step (dnnroofline.measure.busy_share), the point's kernel-busy
     share it gives (over the timed runs' median, as roofline_points.csv has it), and what
     the idle device waited on; None for a trace without it."""
     if not isinstance(busy, Mapping) or not isinstance(busy.get("busy_s_per_step"), float):

@@ -105,7 +105,7 @@ def detect_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     (:func:`cpu_flags_override`), else ``/proc/cpuinfo``'s; None where unreadable.
 
     The one place the project reads the CPU's flags: the study's precision checks, the
-    driver's, and the ceilings' and efficiency sweep's (through ``envinfo.cpu_info``)."""
+    driver's, and the ceilings' and op-class sweep's (through ``envinfo.cpu_info``)."""
     override = cpu_flags_override()
     if override is not None:
         return override

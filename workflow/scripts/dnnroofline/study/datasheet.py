@@ -75,7 +75,7 @@ class GpuPeaks:
     patterns: tuple[str, ...] = field(default=(), repr=False)
     notes: str = ""
     #: NVIDIA architecture (hopper, ampere, ada, turing, volta): a what-if on this GPU
-    #: borrows the efficiency tables of a measured env of the same one.
+    #: borrows the op-class tables of a measured env of the same one.
     architecture: str = field(kw_only=True)
     #: Device memory in bytes, from the same datasheet (capacity in GiB: the "GB" of GPU
     #: memory sizes is 2^30 bytes); a model's predicted peak memory is checked against it.

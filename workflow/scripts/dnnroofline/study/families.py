@@ -1,7 +1,7 @@
 """Model families: which torchvision classifiers are siblings of one design.
 
 A method that learns from other models' runs (``model_loo``,
-:mod:`dnnroofline.model.loo`) leaves a point's whole family out of its fit: a model
+:mod:`dnnroofline.perfmodel.loo`) leaves a point's whole family out of its fit: a model
 learns nothing of itself from a sibling of another size. Pure: names only, no torch.
 """
 

@@ -60,7 +60,8 @@ class Targets:
     ``copied``: the checked copied envs (:func:`dnnroofline.study.copied.find_copied_envs`);
     ``report_pages``: the file names of the report's section pages, ``compare_page`` the
     comparison's (dnnroofline.report); ``step_variant(device, channels_last)`` and
-    ``step_variants``, in order: the op inventories' step variants (dnnroofline.model).
+    ``step_variants``, in order: the op inventories' step variants
+    (dnnroofline.estimate.op_classes).
     """
 
     study: Study
@@ -129,7 +130,7 @@ class Targets:
         return [env_file(env, "env_info.json") for env in self.reported_envs()]
 
     def efficiency_files(self) -> list[str]:
-        """The efficiency tables: made here for the envs measured here, read where a copied
+        """The op-class tables: made here for the envs measured here, read where a copied
         env has one (one without: its ceilings.json gives the tables)."""
         files = [env_file(env, "efficiency.json") for env in self.measured]
         return files + [env_file(c.name, "efficiency.json") for c in self.copied if c.efficiency]
@@ -326,7 +327,7 @@ class Targets:
 
     def measure_targets(self) -> list[str]:
         """Every measurement of the envs measured here, and nothing made from them: the
-        fingerprint, roofs, efficiency tables, timed runs, traces, the ncu self-test and
+        fingerprint, roofs, op-class tables, timed runs, traces, the ncu self-test and
         captures, perf counts (``snakemake measure``)."""
         whole = ("env_info.json", "ceilings.json")
         files = [env_file(env, name) for env in self.measured for name in whole]

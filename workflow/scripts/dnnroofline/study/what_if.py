@@ -2,7 +2,7 @@
 
 Each entry is {env, model, precision, batch}. ``env`` is an env of the study, or a GPU
 of the datasheet table (``datasheet.GPU_PEAKS[].key``, e.g. ``h200_sxm``): a datasheet
-GPU has no measurements of its own, so it borrows the efficiency tables of a measured
+GPU has no measurements of its own, so it borrows the op-class tables of a measured
 CUDA env of the same architecture, scaled by the two GPUs' datasheet peaks, and says so.
 
 Pure logic: :class:`dnnroofline.study.config.Study` passes in what it knows of its envs.
@@ -28,7 +28,7 @@ class WhatIf:
     model: str
     precision: str
     batch: int
-    tables_env: str  # the study env whose roofs and efficiency tables it uses
+    tables_env: str  # the study env whose roofs and op-class tables it uses
     gpu: str | None = None  # the datasheet GPU key, for a datasheet env
 
     @property
@@ -135,7 +135,7 @@ def _check_study_env(where: str, env: str, spec: StudyEnv, precision: str) -> No
     if precision not in spec.roof_precisions:
         raise InputError(
             f"{where}.precision: {precision!r}: env {env!r} measures no {precision} roof or "
-            f"efficiency table (it measures {', '.join(spec.roof_precisions)}); add "
+            f"op-class table (it measures {', '.join(spec.roof_precisions)}); add "
             f"{precision} to ceilings.precisions"
         )
 
@@ -169,7 +169,7 @@ def borrowed_env(
     )
     raise InputError(
         f"{where}.env: {gpu.key!r} ({gpu.name}, {gpu.architecture}) needs a measured CUDA "
-        f"env of the {gpu.architecture} architecture to borrow efficiency tables from, and "
+        f"env of the {gpu.architecture} architecture to borrow op-class tables from, and "
         f"the study has none{hint}"
     )
 

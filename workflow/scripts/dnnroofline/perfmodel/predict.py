@@ -1,6 +1,6 @@
 """The model of a training step: predict it from microbenchmarks, then check it.
 
-Pure arithmetic, no I/O. Inputs: an op inventory (:mod:`dnnroofline.model.op_inventory`,
+Pure arithmetic, no I/O. Inputs: an op inventory (:mod:`dnnroofline.estimate.op_inventory`,
 every aten op of one step as the device runs it, with its class, shape, FLOPs, bytes,
 count and the step's order), an env's :class:`Machine` (its measured roofs, the host's
 costs and the efficiency fits, from ``results/{env}/efficiency.json``) and a precision.
@@ -8,7 +8,7 @@ No measured run of the point is an input: :func:`predict_step` takes none.
 
 See :data:`METHOD` for the model; :func:`roofline_step_s` and
 :func:`per_op_roofline_step_s` are the baselines it is checked beside;
-:mod:`dnnroofline.model.scoring` scores every method against the measured points.
+:mod:`dnnroofline.perfmodel.scoring` scores every method against the measured points.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.op_classes import OP_CLASSES, table_key
-from dnnroofline.model.replay import Issue, replay
-from dnnroofline.model.roofline import bound_with_busy_share, check_positive, compute_peak
+from dnnroofline.estimate.op_classes import OP_CLASSES, table_key
+from dnnroofline.estimate.roofline import bound_with_busy_share, check_positive, precision_roof
+from dnnroofline.perfmodel.replay import Issue, replay
 from dnnroofline.study.precisions import roof_names
 
 #: Nominal level of the prediction interval: the 10th to the 90th percentile.
@@ -63,7 +63,7 @@ METHOD = (
 
 class EfficiencyTables(Protocol):
     """What the model needs of an env's tables
-    (:class:`dnnroofline.model.efficiency_tables.Tables`)."""
+    (:class:`dnnroofline.perfmodel.op_class_tables.Tables`)."""
 
     def efficiencies(
         self, precision: str, key: str, items: Sequence[Mapping]
@@ -122,10 +122,10 @@ class Machine:
     source: str = ""
 
     def compute_roof(self, precision: str) -> float:
-        roof = compute_peak(self.compute, precision)
+        roof = precision_roof(self.compute, precision)
         if roof is None:
             raise InputError(
-                f"{self.source or 'efficiency tables'}: no measured compute roof for "
+                f"{self.source or 'op-class tables'}: no measured compute roof for "
                 f"precision {precision!r} (roofs for {', '.join(sorted(self.compute)) or 'none'})"
             )
         return check_positive(f"compute roof of {precision}", roof)
@@ -410,23 +410,23 @@ def format_top_classes(top: Sequence[tuple[str, float]]) -> str:
 # --------------------------------------------------------------------------- baselines
 
 
-def roofline_step_s(flops: float, nbytes: float, peak_flops: float, peak_bw: float) -> float:
+def roofline_step_s(flops: float, nbytes: float, compute_roof: float, memory_roof: float) -> float:
     """The whole step at the roofline: FLOPs / min(peak, AI x bandwidth), i.e. the longer
     of FLOPs / peak and bytes / bandwidth."""
     flops = check_positive("step FLOPs", flops)
     nbytes = check_positive("step bytes", nbytes)
     return max(
-        flops / check_positive("peak FLOP/s", peak_flops),
-        nbytes / check_positive("peak bandwidth", peak_bw),
+        flops / check_positive("compute roof (FLOP/s)", compute_roof),
+        nbytes / check_positive("memory roof (bytes/s)", memory_roof),
     )
 
 
 def per_op_roofline_step_s(
-    inventory: Mapping, peak_flops: float, peak_bw: float, where: str = "op inventory"
+    inventory: Mapping, compute_roof: float, memory_roof: float, where: str = "op inventory"
 ) -> float:
     """Each op at the roofline (efficiency 1), summed; no dispatch cost."""
-    roof_c = check_positive("peak FLOP/s", peak_flops)
-    roof_m = check_positive("peak bandwidth", peak_bw)
+    roof_c = check_positive("compute roof (FLOP/s)", compute_roof)
+    roof_m = check_positive("memory roof (bytes/s)", memory_roof)
     return sum(
         op_ideal_s(op, roof_c, roof_m)[0] * op["count"] for op in inventory_ops(inventory, where)
     )

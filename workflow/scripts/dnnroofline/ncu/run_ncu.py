@@ -7,7 +7,7 @@ pass (the step's DRAM bytes, range replay), retrying a pass once without metrics
 rejects, then writes the raw CSVs and one JSON: the parsed counters with "status" ok,
 or "unavailable"/"error"/"missing_counters"/"untrusted_counters" with a message that
 says why. A machine that cannot be profiled never fails the study. What the passes
-measure and how ncu is called: ``dnnroofline.ncu.profile``.
+measure and how ncu is called: ``dnnroofline.ncu.command``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from pathlib import Path
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic, write_text_atomic
-from dnnroofline.ncu.hierarchy import HierarchyCounters, counters_for, section_paths
-from dnnroofline.ncu.parse import empty_result, parse_ncu_text, read_text, tensor_counter_gap
-from dnnroofline.ncu.profile import (
+from dnnroofline.ncu.command import (
     COUNTERS_UNAVAILABLE,
     PASSES,
     STEP_METRICS,
@@ -48,6 +46,8 @@ from dnnroofline.ncu.profile import (
     query_metrics_command,
     step_metrics_for_arch,
 )
+from dnnroofline.ncu.hierarchy import HierarchyCounters, counters_for, section_paths
+from dnnroofline.ncu.parse import empty_result, parse_ncu_text, read_text, tensor_counter_gap
 from dnnroofline.processes import kill_group
 
 NOTE_PREFIX = "==PROFILE_NCU=="
@@ -63,7 +63,7 @@ def _executables(pattern: str) -> list[str]:
 
 
 def resolve_executable(name: str) -> tuple[str | None, str]:
-    """(the ncu to run, how it was found): see dnnroofline.ncu.profile.find_ncu."""
+    """(the ncu to run, how it was found): see dnnroofline.ncu.command.find_ncu."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     found, how = find_ncu(name, shutil.which, _executables, cuda_home)
     return (os.path.abspath(found) if found else None), how

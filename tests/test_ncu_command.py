@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from dnnroofline.errors import InputError
-from dnnroofline.ncu.metrics import is_roofline_metric
-from dnnroofline.ncu.parse import parse_ncu_csv
-from dnnroofline.ncu.profile import (
+from dnnroofline.ncu.command import (
     BASE_METRICS,
     STEP_METRICS,
     build_ncu_command,
@@ -32,6 +30,8 @@ from dnnroofline.ncu.profile import (
     prepare_driver_argv,
     query_metrics_command,
 )
+from dnnroofline.ncu.metrics import is_roofline_metric
+from dnnroofline.ncu.parse import parse_ncu_csv
 from dnnroofline.study.identity import identity_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -759,7 +759,7 @@ def test_stage_needs_a_driver_command(tmp_path):
 
 
 def test_module_docstrings_explain_the_capture():
-    import dnnroofline.ncu.profile as mod
+    import dnnroofline.ncu.command as mod
 
     doc = textwrap.dedent(mod.__doc__)
     assert "--profile-from-start off" in doc and "backward" in doc

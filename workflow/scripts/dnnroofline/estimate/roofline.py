@@ -6,8 +6,8 @@ Definitions (docs/method.md):
 
 - arithmetic intensity  ``ai = flop_per_step / bytes_per_step``      (FLOP/byte)
 - attained performance  ``attained = flop_per_step / median_step_s`` (FLOP/s)
-- roof at an AI         ``roof = min(peak_flops, ai * peak_bw)``
-- ridge point           ``ridge_ai = peak_flops / peak_bw``
+- roof at an AI         ``roof = min(compute_roof, ai * memory_roof)``
+- ridge point           ``ridge_ai = compute_roof / memory_roof``
 - bound                 ``"memory"`` if ``ai < ridge_ai`` else ``"compute"``; ``"host"``
                         whatever the AI when the device is busy under
                         :data:`HOST_BOUND_BELOW` of the step (:func:`bound_with_busy_share`)
@@ -77,30 +77,30 @@ def arithmetic_intensity(flop: float, nbytes: float) -> float:
     return check_positive("flop", flop) / check_positive("bytes", nbytes)
 
 
-def roof(ai: float, peak_flops: float, peak_bw: float) -> float:
-    """Attainable FLOP/s at arithmetic intensity ``ai``: ``min(peak_flops, ai * peak_bw)``."""
+def roof(ai: float, compute_roof: float, memory_roof: float) -> float:
+    """Attainable FLOP/s at arithmetic intensity ``ai``: ``min(compute_roof, ai * memory_roof)``."""
     ai = check_positive("arithmetic intensity (FLOP/byte)", ai)
-    peak_flops = check_positive("peak FLOP/s", peak_flops)
-    peak_bw = check_positive("peak bandwidth (bytes/s)", peak_bw)
-    return min(peak_flops, ai * peak_bw)
+    compute_roof = check_positive("compute roof (FLOP/s)", compute_roof)
+    memory_roof = check_positive("memory roof (bytes/s)", memory_roof)
+    return min(compute_roof, ai * memory_roof)
 
 
-def ideal_seconds(flops: float, nbytes: float, peak_flops: float, peak_bw: float) -> float:
+def ideal_seconds(flops: float, nbytes: float, compute_roof: float, memory_roof: float) -> float:
     """An op's time at its roofs: the longer of its FLOPs and its bytes at full rate."""
-    return max(flops / peak_flops, nbytes / peak_bw)
+    return max(flops / compute_roof, nbytes / memory_roof)
 
 
-def ridge_ai(peak_flops: float, peak_bw: float) -> float:
-    """AI where the memory roof meets the compute roof: ``peak_flops / peak_bw``."""
-    return check_positive("peak FLOP/s", peak_flops) / check_positive(
-        "peak bandwidth (bytes/s)", peak_bw
+def ridge_ai(compute_roof: float, memory_roof: float) -> float:
+    """AI where the memory roof meets the compute roof: ``compute_roof / memory_roof``."""
+    return check_positive("compute roof (FLOP/s)", compute_roof) / check_positive(
+        "memory roof (bytes/s)", memory_roof
     )
 
 
-def bound(ai: float, peak_flops: float, peak_bw: float) -> str:
+def bound(ai: float, compute_roof: float, memory_roof: float) -> str:
     """``"memory"`` left of the ridge point, ``"compute"`` at or right of it."""
     ai = check_positive("arithmetic intensity (FLOP/byte)", ai)
-    return "memory" if ai < ridge_ai(peak_flops, peak_bw) else "compute"
+    return "memory" if ai < ridge_ai(compute_roof, memory_roof) else "compute"
 
 
 #: Kernel-busy share (device-busy time / step time) under which a step is ``host``-bound.
@@ -169,26 +169,26 @@ def evaluate_point(
     flop_per_step: float,
     bytes_per_step: float,
     median_step_s: float,
-    peak_flops: float,
-    peak_bw: float,
+    compute_roof: float,
+    memory_roof: float,
     rel_tol: float = ABOVE_ROOF_RTOL,
 ) -> RooflinePoint:
-    """Place one measurement on the roofline ``(peak_flops, peak_bw)``."""
+    """Place one measurement on the roofline ``(compute_roof, memory_roof)``."""
     ai = arithmetic_intensity(flop_per_step, bytes_per_step)
     att = attained_flops(flop_per_step, median_step_s)
-    r = roof(ai, peak_flops, peak_bw)
+    r = roof(ai, compute_roof, memory_roof)
     return RooflinePoint(
         flop_per_step=float(flop_per_step),
         bytes_per_step=float(bytes_per_step),
         ai=ai,
         step_s=float(median_step_s),
         attained_flops=att,
-        peak_flops=float(peak_flops),
-        peak_bandwidth=float(peak_bw),
-        ridge_ai=ridge_ai(peak_flops, peak_bw),
+        peak_flops=float(compute_roof),
+        peak_bandwidth=float(memory_roof),
+        ridge_ai=ridge_ai(compute_roof, memory_roof),
         roof_flops=r,
         efficiency=efficiency(att, r),
-        bound=bound(ai, peak_flops, peak_bw),
+        bound=bound(ai, compute_roof, memory_roof),
         above_roof=is_above_roof(att, r, rel_tol),
     )
 
@@ -282,10 +282,40 @@ def roof_precisions(roofs: Iterable[Roof]) -> tuple[str, ...]:
     return tuple(p for p in PRECISIONS if select_roof(roofs, "compute", p) is not None)
 
 
-def compute_peak(peaks: Mapping[str, float], precision: str) -> float | None:
+def roofs_from_ceilings(
+    ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
+) -> tuple[dict, list[str]]:
+    """The roofs efficiencies are shares of, as every stage picks them
+    (:func:`select_roof`): per precision the measured compute
+    roof (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
+
+    ``precisions``: those wanted (None: every precision with a compute roof). A wanted
+    precision without any compute roof, or a file without a memory roof, is refused.
+    """
+    roofs = parse_roofs(dict(ceilings), where)
+    notes: list[str] = []
+    if precisions is None:
+        precisions = roof_precisions(roofs)
+    compute = {}
+    for p in precisions:
+        roof = select_roof(roofs, "compute", p)
+        if roof is None:
+            raise InputError(f"{where}: no compute roof for precision {p!r}")
+        if roof.source != "measured":
+            notes.append(f"{p}: no measured compute roof in {where}: shares of the datasheet's")
+        compute[p] = roof.value
+    memory = select_roof(roofs, "memory")
+    if memory is None:
+        raise InputError(f"{where}: no memory roof")
+    if memory.source != "measured":
+        notes.append(f"no measured memory roof in {where}: shares of the datasheet's")
+    return {"compute": compute, "memory": memory.value}, notes
+
+
+def precision_roof(roofs: Mapping[str, float], precision: str) -> float | None:
     """A precision's roof in a ``{precision name: FLOP/s}`` map of roofs already selected
     (an efficiency document's ``roofs.compute``): the highest of its names, else None."""
-    values = [peaks[n] for n in precision_aliases(precision) if n in peaks]
+    values = [roofs[n] for n in precision_aliases(precision) if n in roofs]
     return max(values) if values else None
 
 
@@ -391,9 +421,9 @@ def roofs_to_draw(
             if not any(cp in precision_aliases(p) for cp, _ in roofs.compute):
                 raise InputError(f"{where}: env {env!r} has no compute peak for precision {p!r}")
         wanted = {a for p in precisions for a in precision_aliases(p)}
-        for (prec, source), peak in sorted(roofs.compute.items()):
+        for (prec, source), compute_roof in sorted(roofs.compute.items()):
             if combined and precisions and prec not in wanted:
                 continue
             memory = roofs.memory[paired_source(roofs.memory, source)]
-            pairs.append(RoofPair(env, peak, memory))
+            pairs.append(RoofPair(env, compute_roof, memory))
     return pairs

@@ -1,7 +1,7 @@
 """The op-rule registry: what one aten op of a training step is, costs and moves.
 
 :func:`describe` takes an aten op as dispatch sees it (the op, its arguments and
-outputs) and gives its class (:data:`dnnroofline.model.op_classes.OP_CLASSES`), its
+outputs) and gives its class (:data:`dnnroofline.estimate.op_classes.OP_CLASSES`), its
 layer type (the complexity JSON's ``by_layer_type`` keys, :data:`LAYER_TYPES`), its
 FLOPs, the bytes it reads and writes, its dtype and its shape features. The op
 inventory, the complexity JSON's FLOPs by layer type and its traffic table all read the

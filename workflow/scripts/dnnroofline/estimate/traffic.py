@@ -35,7 +35,7 @@ NHWC<->NCHW copies) and the buffers of FFT and Winograd convolutions. The report
 page shows how many bytes those kernels moved in each capture.
 
 The table is built by :func:`traffic_table` from the forward op records of the op
-recorder's fp32 step (:mod:`dnnroofline.model.op_recorder`, ``traffic=True``; torch is
+recorder's fp32 step (:mod:`dnnroofline.estimate.op_recorder`, ``traffic=True``; torch is
 needed there, not here): rows of ``[bytes, kind, forward_accesses, backward_accesses,
 count]`` at the step's batch size in fp32, ``kind`` one of :data:`KINDS`.
 """

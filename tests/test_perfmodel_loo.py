@@ -12,7 +12,7 @@ import pytest
 from test_predict import CEILINGS, COMPLEXITY, INVENTORY
 
 from dnnroofline.aggregate import check as ac
-from dnnroofline.model import loo
+from dnnroofline.perfmodel import loo
 
 # (device_s, host_s) the model predicts per model: two resnets, two mobilenets, and
 # three families of one model each

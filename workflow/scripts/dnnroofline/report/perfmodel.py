@@ -17,8 +17,8 @@ import pandas as pd
 
 from dnnroofline.aggregate.check import METHODS
 from dnnroofline.formatting import isnum, missing, to_bool
-from dnnroofline.model.predict import INTERVAL_LEVEL, METHOD
-from dnnroofline.model.scoring import check_summary
+from dnnroofline.perfmodel.predict import INTERVAL_LEVEL, METHOD
+from dnnroofline.perfmodel.scoring import check_summary
 from dnnroofline.report.render import section
 
 KEYS = ["env", "model", "precision", "batch"]
@@ -56,7 +56,7 @@ def check_rows(check: pd.DataFrame | None) -> list[dict]:
 def method_table(rows: list[dict]) -> list[dict]:
     """Per method (baselines first, the model last): n, MAPE, max |error|, Kendall tau
     and interval coverage on step time and on images/s, as
-    :func:`dnnroofline.model.scoring.check_summary` gives them."""
+    :func:`dnnroofline.perfmodel.scoring.check_summary` gives them."""
     summary = {s["method"]: s for s in check_summary(rows)}
     order = [m for m in METHODS if m in summary] + [m for m in summary if m not in METHODS]
     return [summary[m] for m in order]
@@ -104,4 +104,4 @@ def worst_point(rows: list[Mapping]) -> dict | None:
     return dict(max(errors, key=lambda r: abs(float(r["error_pct"])))) if errors else None
 
 
-model_section = section("model.html", facts)
+perfmodel_section = section("model.html", facts)

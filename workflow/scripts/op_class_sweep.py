@@ -1,12 +1,12 @@
-"""Measure the efficiency sweep of one env: results/{env}/efficiency.json.
+"""Measure the op-class sweep of one env: results/{env}/efficiency.json.
 
-    python workflow/scripts/efficiency.py --env local --device auto --precisions fp32 bf16 \\
+    python workflow/scripts/op_class_sweep.py --env local --device auto --precisions fp32 bf16 \\
         --ceilings results/local/ceilings.json --out results/local/efficiency.json \\
         [--channels-last] [--quick] [--budget-s S] [--expect-threads N] [--no-cache]
 
 Ops of every class drawn over shape ranges and timed, as shares of the env's measured
 roofs (read from its ceilings.json), and the host's costs: per op with autograd, and the
-step's fixed costs (:mod:`dnnroofline.measure.efficiency`). Threads come from
+step's fixed costs (:mod:`dnnroofline.measure.op_class_sweep`). Threads come from
 OMP_NUM_THREADS, as for the timed runs. What it measures is kept per machine fingerprint
 in the user's cache (``--no-cache``: measure again, keep nothing). Run it alone on the
 machine: it is a measurement.
@@ -20,10 +20,10 @@ import sys
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
-from dnnroofline.measure.efficiency import sweep_env
 from dnnroofline.measure.envinfo import DEVICES
 from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.measure.op_class_sweep import sweep_env
 from dnnroofline.study.precisions import PRECISIONS
 
 

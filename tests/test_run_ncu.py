@@ -1,5 +1,5 @@
 """What a capture's two passes add up to: judge() on real parsed tables, one case per
-status. (The passes themselves run end to end against a fake ncu in test_ncu_profile.)"""
+status. (The passes themselves run end to end against a fake ncu in test_ncu_command.)"""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dnnroofline.ncu.capture import TRUSTED, CaptureRequest, judge
+from dnnroofline.ncu.command import Diagnosis, metrics_for_arch
 from dnnroofline.ncu.parse import parse_ncu_csv
-from dnnroofline.ncu.profile import Diagnosis, metrics_for_arch
+from dnnroofline.ncu.run_ncu import TRUSTED, CaptureRequest, judge
 
 DATA = Path(__file__).resolve().parent / "data" / "ncu"
 KERNEL_CSV = DATA / "handmade_h100_raw_tensor.csv"  # FLOPs and tensor ops, per kernel

@@ -7,10 +7,10 @@ DRAM traffic per step and an estimate of peak memory, per precision.
 
 Counting method (also written into every result as ``method``):
 
-* **FLOPs by layer type** come from the op recorder (:mod:`dnnroofline.model.op_recorder`):
+* **FLOPs by layer type** come from the op recorder (:mod:`dnnroofline.estimate.op_recorder`):
   one fp32 training step on a CPU, contiguous, on fake tensors at the real batch (no
   arithmetic, so any batch costs the same), every aten op described by
-  :mod:`dnnroofline.model.op_rules` (the rules the op inventory uses). A forward op's
+  :mod:`dnnroofline.estimate.op_rules` (the rules the op inventory uses). A forward op's
   layer type is its own (a GEMM with a weight operand is ``linear``; the ops of a
   dropout call are ``dropout``); a backward op takes the layer of the forward op whose
   autograd node runs it (a linear layer's weight-gradient ``mm`` and bias-gradient
@@ -23,7 +23,7 @@ Counting method (also written into every result as ``method``):
 * **Reference.** fvcore's own count of the forward (a TorchScript trace of the
   train-mode forward on a probe batch of one image, or two where train-mode batch norm
   refuses a single value per channel, scaled by ``batch_size / probe``) with our
-  forward handles (:mod:`dnnroofline.model.flop_count`), in ``flops.reference``: an
+  forward handles (:mod:`dnnroofline.estimate.flop_count`), in ``flops.reference``: an
   independent check of the recorder's forward.
 
 **Optimizer**: SGD with momentum 0.9 and weight decay 1e-4, 6 FLOPs per parameter
@@ -77,9 +77,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dnnroofline.model import flop_count as fc
-from dnnroofline.model import traffic as tr
-from dnnroofline.model.op_recorder import (
+from dnnroofline.estimate import flop_count as fc
+from dnnroofline.estimate import traffic as tr
+from dnnroofline.estimate.op_recorder import (
     IN_CHANNELS,
     OPTIMIZER,
     ModelCannotRun,
@@ -89,7 +89,7 @@ from dnnroofline.model.op_recorder import (
     positive,
     record_step,
 )
-from dnnroofline.model.op_rules import LAYER_TYPES
+from dnnroofline.estimate.op_rules import LAYER_TYPES
 from dnnroofline.study.precisions import HALF_PRECISIONS, PRECISIONS, require_known
 
 __all__ = ["IN_CHANNELS", "OPTIMIZER", "ModelCannotRun", "build_model", "complexity"]
@@ -106,7 +106,7 @@ METHOD = (
     "FLOPs, not MACs (an FMA is 2 FLOPs; one add, multiply, compare, divide or "
     "transcendental is 1), by layer type, from the op recorder: one fp32 training step "
     "on a CPU on fake tensors at the batch (every aten op at dispatch, described by "
-    "dnnroofline.model.op_rules, as the op inventory): conv/linear/matmul = 2*MACs "
+    "dnnroofline.estimate.op_rules, as the op inventory): conv/linear/matmul = 2*MACs "
     "(grouped and depthwise convs: 2*N*Cout*Hout*Wout*(Cin/groups)*kh*kw, reported as "
     "conv_grouped / conv_depthwise) + 1 add per output for a bias; a GEMM with a weight "
     "operand is linear, else matmul; batchnorm (train)/layer/group norm 5 FLOPs per "

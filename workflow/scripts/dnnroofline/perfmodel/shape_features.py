@@ -1,9 +1,9 @@
-"""The features an op's speed is fitted on, per efficiency table: one home for both sides.
+"""The features an op's speed is fitted on, per op-class table: one home for both sides.
 
-The efficiency sweep (:mod:`dnnroofline.measure.efficiency`) records each microbenchmark
+The op-class sweep (:mod:`dnnroofline.measure.op_class_sweep`) records each microbenchmark
 with the same ``shape`` dict the op inventory records for an op of the step
-(:mod:`dnnroofline.model.op_inventory`), and the model
-(:mod:`dnnroofline.model.efficiency_tables`) turns either into the same vector here, so
+(:mod:`dnnroofline.estimate.op_inventory`), and the model
+(:mod:`dnnroofline.perfmodel.op_class_tables`) turns either into the same vector here, so
 that a fit on the sweep reads the step's ops as it read its own rows.
 
 Sizes enter as log2 (an op's speed changes with its size's order, not its last unit);
@@ -113,7 +113,7 @@ def _optimizer(shape: Shape, at: str) -> list[float]:
     return [_log(shape, "numel", at), _log({"t": shape.get("tensors", 1) or 1}, "t", at)]
 
 
-#: Per table key (:data:`dnnroofline.model.op_classes.TABLE_KEYS`): the shape's features.
+#: Per table key (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`): the shape's features.
 _BY_TABLE: dict[str, Callable[[Shape, str], list[float]]] = {
     "conv_fwd": _conv,
     "conv_bwd": _conv,

@@ -1,9 +1,9 @@
-"""An op's efficiency from its shape: one fit per efficiency table, from the sweep's rows.
+"""An op's efficiency from its shape: one fit per op-class table, from the sweep's rows.
 
 A table's rows are microbenchmarked ops with their shape, FLOPs, bytes, device seconds
 and ideal seconds on the env's roofs. The fit predicts ``log(device seconds / ideal
 seconds)``, the log of the op's time over its roofline time, from the table's features
-(:func:`dnnroofline.model.shape_features.feature_vector`: a convolution's batch,
+(:func:`dnnroofline.perfmodel.shape_features.feature_vector`: a convolution's batch,
 channels, spatial size, kernel, stride and groups; a GEMM's m, n, k; ...), so a
 depthwise 3x3 and a dense 1x1 of one ideal time are told apart.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.shape_features import feature_vector
+from dnnroofline.perfmodel.shape_features import feature_vector
 
 #: Below this many rows a table is interpolated on ideal time (too few shapes to fit).
 MIN_FIT_ROWS = 6

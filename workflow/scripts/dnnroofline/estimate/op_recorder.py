@@ -3,7 +3,7 @@
 :func:`record_step` runs the driver's step (``measure/train.py``: forward, cross-entropy
 loss, backward, SGD, ``zero_grad(set_to_none=True)``; GradScaler under amp) on
 ``FakeTensor``s (shapes, no arithmetic: any batch costs the same) and describes every
-aten op through :mod:`dnnroofline.model.op_rules`, in dispatch order, with its phase
+aten op through :mod:`dnnroofline.estimate.op_rules`, in dispatch order, with its phase
 and its layer type. The step is the device's:
 
 * **device** ``cpu`` or ``cuda``: on ``cuda`` the parameters, images and labels are fake
@@ -44,8 +44,8 @@ import torch
 from torch import nn
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import op_rules
-from dnnroofline.model.op_classes import step_variant
+from dnnroofline.estimate import op_rules
+from dnnroofline.estimate.op_classes import step_variant
 from dnnroofline.study.models import check_arch
 from dnnroofline.study.precisions import autocast_dtype, require_known
 

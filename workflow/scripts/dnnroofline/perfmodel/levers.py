@@ -51,7 +51,7 @@ class PointFacts:
     channels_last: bool | None = None
     ai_span: list[dict] | None = None  # [{ai, batch}] at the smallest and largest batch
     min_bytes: tuple[float, float] | None = None  # min DRAM bytes/step: own, half precision
-    higher_peaks: Sequence[dict] = ()  # [{precision, peak}] of higher compute roofs
+    higher_roofs: Sequence[dict] = ()  # [{precision, roof}] of higher compute roofs
     data_wait_share: float | None = None
 
 
@@ -69,7 +69,7 @@ def _tensor_core_lever(f: PointFacts) -> dict | None:
         return None
     if options == ["amp"]:  # a GPU with fp16 tensor cores only (Volta, Turing)
         return {"kind": "amp_only"}
-    return {"kind": "tensor_cores", "options": options, "peaks": list(f.higher_peaks)}
+    return {"kind": "tensor_cores", "options": options, "roofs": list(f.higher_roofs)}
 
 
 def _cpu_compute_levers(f: PointFacts) -> list[dict]:

@@ -16,7 +16,7 @@ from matplotlib.collections import PolyCollection
 from report_fixtures import make_config, make_metrics, make_points, table_row
 
 from dnnroofline.plots import parity
-from dnnroofline.report.model import model_section
+from dnnroofline.report.perfmodel import perfmodel_section
 from dnnroofline.report.sections import all_sections
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def written_as_csv(df: pd.DataFrame, tmp_path: Path, name: str) -> pd.DataFrame:
 
 
 def test_the_page_gives_each_method_its_error_from_the_check(tmp_path):
-    html = model_section(
+    html = perfmodel_section(
         written_as_csv(make_predictions(), tmp_path, "p.csv"),
         written_as_csv(make_check(), tmp_path, "c.csv"),
         None,
@@ -142,7 +142,7 @@ def cells(tr: str) -> list[str]:
 
 
 def test_the_what_ifs_are_marked_predicted_not_measured(tmp_path):
-    html = model_section(written_as_csv(make_predictions(), tmp_path, "p.csv"), None, None)
+    html = perfmodel_section(written_as_csv(make_predictions(), tmp_path, "p.csv"), None, None)
     what_if = html[html.index("<h2>What if</h2>") :]
     assert "<strong>Predicted, not measured.</strong>" in what_if
     assert "<caption>What if: predicted, not measured</caption>" in what_if
@@ -160,9 +160,9 @@ def test_the_what_ifs_are_marked_predicted_not_measured(tmp_path):
 def test_the_page_embeds_the_parity_plot(tmp_path):
     svg = tmp_path / "parity.svg"
     parity.plot_parity(make_check().to_dict("records"), svg)
-    html = model_section(None, make_check(), svg.read_text())
+    html = perfmodel_section(None, make_check(), svg.read_text())
     assert '<img src="data:image/svg+xml;base64,' in html
-    assert "No parity plot given" in model_section(None, make_check(), None)
+    assert "No parity plot given" in perfmodel_section(None, make_check(), None)
 
 
 def test_a_study_without_predictions_yet_still_has_its_model_page():

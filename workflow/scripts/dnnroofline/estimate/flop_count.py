@@ -1,11 +1,11 @@
 """The independent reference for forward FLOPs: fvcore's TorchScript trace.
 
-The complexity JSON counts FLOPs from the op recorder (:mod:`dnnroofline.model.op_recorder`,
+The complexity JSON counts FLOPs from the op recorder (:mod:`dnnroofline.estimate.op_recorder`,
 aten ops at dispatch). This module counts the same forward another way, as a check:
 fvcore's ``FlopCountAnalysis`` traces the model (TorchScript, the ops the Python code
 calls: ``aten::linear``, ``aten::_convolution``, ``aten::batch_norm``...) and every one
 of fvcore's handles is replaced by one of ours, with the per-element rules of
-:mod:`dnnroofline.model.op_rules` (fvcore's own count MACs for conv/linear/matmul,
+:mod:`dnnroofline.estimate.op_rules` (fvcore's own count MACs for conv/linear/matmul,
 mixed units for norms and pooling, and skip ReLU, add and max-pool):
 
 * conv, conv_grouped, conv_depthwise: 2 * MACs + 1 per output for a bias; linear and
@@ -34,14 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from dnnroofline.model import op_rules as rules
+from dnnroofline.estimate import op_rules as rules
 
 METHOD = (
     "fvcore FlopCountAnalysis (TorchScript trace of the train-mode forward on the probe "
     "batch, scaled to the batch) with every fvcore handle replaced by ours: conv/linear/"
     "matmul 2*MACs (+1 per output for a bias), norms 5 per element (batch norm in eval "
     "2), pooling, activations, softmax, elementwise and dropout per element as "
-    "dnnroofline.model.op_rules; no loss, no backward"
+    "dnnroofline.estimate.op_rules; no loss, no backward"
 )
 
 # Ops that move or create data without arithmetic (views, copies, RNG, shape maths).

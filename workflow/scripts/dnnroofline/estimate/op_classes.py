@@ -1,15 +1,19 @@
 """The operator classes of the predictive model: one home for their names.
 
-The op inventory (:mod:`dnnroofline.model.op_inventory`) gives every operator of a
-training step one of :data:`OP_CLASSES`; the efficiency sweep
-(:mod:`dnnroofline.measure.efficiency`) measures one table per :func:`table_key`; the
-model (:mod:`dnnroofline.model.predict`) looks each op up in the table of its key.
+The op inventory (:mod:`dnnroofline.estimate.op_inventory`) gives every operator of a
+training step one of :data:`OP_CLASSES`; the op-class sweep
+(:mod:`dnnroofline.measure.op_class_sweep`) measures one table per :func:`table_key`; the
+model (:mod:`dnnroofline.perfmodel.predict`) looks each op up in the table of its key.
 Pure names, no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+#: The version of an env's tables document (``efficiency.json``), written by the sweep
+#: and by the tables derived from a ceilings file.
+TABLES_SCHEMA_VERSION = 2
 
 #: Every class an operator of a training step can have.
 OP_CLASSES: tuple[str, ...] = (
@@ -45,7 +49,7 @@ FALLBACK_TABLE: dict[str, str] = {
 
 
 def table_key(op: Mapping) -> str:
-    """The efficiency table an inventory op is timed by: convolutions by kind and by
+    """The op-class table an inventory op is timed by: convolutions by kind and by
     direction (a backward convolution computes the input and the weight gradients),
     every other class by its name."""
     cls = op["class"]

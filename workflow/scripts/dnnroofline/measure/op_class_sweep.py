@@ -1,6 +1,6 @@
-"""The efficiency sweep of one env: how fast each op class runs, by its shape.
+"""The op-class sweep of one env: how fast each op class runs, by its shape.
 
-Per table (:data:`dnnroofline.model.op_classes.TABLE_KEYS`) the sweep draws ops at random
+Per table (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`) the sweep draws ops at random
 over fixed shape ranges (:mod:`dnnroofline.measure.sweep_ops`: batch, channels, spatial
 size, kernel, stride and groups of convolutions, forward and backward; GEMM m, n, k;
 elementwise ops in place or not, broadcast or not; batch norm; pooling; reductions;
@@ -17,7 +17,7 @@ every table its first rows. The host's costs (per op with autograd, the step's f
 costs) come from :mod:`dnnroofline.measure.dispatch`. What is measured depends on the
 machine, not on the study: it is kept per machine fingerprint in the user's cache
 (:func:`sweep_env`), and a second study on the same machine reuses it. The model fits
-its efficiency from these rows (:mod:`dnnroofline.model.efficiency_tables`).
+its efficiency from these rows (:mod:`dnnroofline.perfmodel.op_class_tables`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
+from dnnroofline.estimate.op_classes import TABLE_KEYS, TABLES_SCHEMA_VERSION
+from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
 from dnnroofline.measure import sweep_ops
-from dnnroofline.measure.ceiling_kernels import cudnn_benchmark, matmul_mode, time_repeats
-from dnnroofline.model.op_classes import TABLE_KEYS
-from dnnroofline.model.roofline import ideal_seconds
+from dnnroofline.measure.timer import cudnn_benchmark, matmul_mode, time_repeats
 from dnnroofline.study.precisions import unsupported_reason
 
 #: Timer settings per device (:func:`time_repeats`); quick: tests.
@@ -368,11 +368,10 @@ def sweep_env(
     from dnnroofline.measure.ceilings import contended_note, device_facts
     from dnnroofline.measure.envinfo import cpu_info, resolve_device
     from dnnroofline.measure.train_config import check_threads, parse_omp_threads
-    from dnnroofline.model.efficiency_tables import SCHEMA_VERSION, roofs_from_ceilings
 
     dev = resolve_device(device)
     if dev not in ("cpu", "cuda"):
-        raise InputError(f"--device {dev}: the efficiency sweep runs on cpu or cuda")
+        raise InputError(f"--device {dev}: the op-class sweep runs on cpu or cuda")
     if ceilings.get("device") != dev:
         raise InputError(f"{where}: roofs of device {ceilings.get('device')!r}, sweep on {dev!r}")
     if ceilings.get("env") not in (None, env):
@@ -410,7 +409,7 @@ def sweep_env(
         )
     used = {p: roofs["compute"][p] for p in machine["precisions"]}
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": TABLES_SCHEMA_VERSION,
         "env": env,
         "device": dev,
         "device_name": name,

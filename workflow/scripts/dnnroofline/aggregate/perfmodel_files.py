@@ -1,4 +1,4 @@
-"""The model's files, keyed by their content, for both halves of the model's stage.
+"""The performance model's input files, keyed by their content, for both halves of its stage.
 
 The predictions (:mod:`dnnroofline.aggregate.predictions`) and their check
 (:mod:`dnnroofline.aggregate.check`) read the same files: JSON documents keyed by what
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.op_classes import OP_CLASSES, inventory_variant, step_variant
+from dnnroofline.estimate.op_classes import OP_CLASSES, inventory_variant, step_variant
 
 Point = tuple[str, str, str, int]  # env, model, precision, batch
 
@@ -73,7 +73,7 @@ def parse_shares(text: object) -> dict[str, float]:
 
 def key_inventories(docs: Iterable[tuple[str, object]]) -> dict[tuple, tuple[str, Mapping]]:
     """{(arch, precision, batch_size, step variant): (file, doc)} of op inventories, keyed
-    by their content (:func:`dnnroofline.model.op_classes.inventory_variant`); one given
+    by their content (:func:`dnnroofline.estimate.op_classes.inventory_variant`); one given
     twice is refused, naming both files."""
     out: dict[tuple, tuple[str, Mapping]] = {}
     for where, doc in docs:

@@ -7,7 +7,7 @@ prediction that is too fast. The images/s error is kept beside it, so that both 
 
 Pure arithmetic on the rows of ``results/prediction_check.csv`` (docs/model.md; the
 rows are made by ``dnnroofline.aggregate.predictions.check_rows`` and, for another GPU,
-``dnnroofline.model.transfer.check_rows``); no I/O.
+``dnnroofline.perfmodel.transfer.check_rows``); no I/O.
 """
 
 from __future__ import annotations

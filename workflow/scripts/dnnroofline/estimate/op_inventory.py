@@ -2,8 +2,8 @@
 
 ``op_inventory(arch_or_model, precision=..., batch_size=..., image_size=...,
 device=..., channels_last=...)`` returns the ops JSON (schema version 2,
-docs/contracts.md): the step :func:`dnnroofline.model.op_recorder.record_step` records
-as the device runs it, each op described by :mod:`dnnroofline.model.op_rules` (class,
+docs/contracts.md): the step :func:`dnnroofline.estimate.op_recorder.record_step` records
+as the device runs it, each op described by :mod:`dnnroofline.estimate.op_rules` (class,
 layer type, FLOPs, bytes read and written, dtype, shape features); identical ops merged
 with a count, and the step's order kept in ``sequence`` (indices into ``ops``, with
 ``"sync"`` where the host waits for the device).
@@ -17,9 +17,9 @@ from typing import Any
 
 from torch import nn
 
-from dnnroofline.model import op_recorder as rec
-from dnnroofline.model import op_rules
-from dnnroofline.model.op_classes import OP_CLASSES, PHASES
+from dnnroofline.estimate import op_recorder as rec
+from dnnroofline.estimate import op_rules
+from dnnroofline.estimate.op_classes import OP_CLASSES, PHASES
 
 SCHEMA_VERSION = 2
 
@@ -37,7 +37,7 @@ METHOD = (
     "(CUDA: _foreach_ ops; momentum buffers already there, as in every step after the "
     "first), zero_grad(set_to_none=True), GradScaler scale/unscale/inf check/update under "
     "amp, and a sync where GradScaler.step reads found_inf on the host (cuda). FLOPs, "
-    "bytes and shape features by dnnroofline.model.op_rules: 2 per MAC; "
+    "bytes and shape features by dnnroofline.estimate.op_rules: 2 per MAC; "
     "convolution_backward by its output mask (grad input 2*MACs, grad weight 2*MACs, grad "
     "bias 1 per output); batch/layer/group norm 5 per element, their backward 9; "
     "activations and their backward per element (relu 1, ...); elementwise 1 per "

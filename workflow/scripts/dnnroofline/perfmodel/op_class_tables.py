@@ -1,7 +1,7 @@
-"""Efficiency tables of one env: how fast each op class runs, as a share of its roof.
+"""The op-class tables of one env: how fast each op class runs, as a share of its roof.
 
-An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.efficiency`) holds,
-per precision and per table key (:data:`dnnroofline.model.op_classes.TABLE_KEYS`), rows
+An env's ``efficiency.json`` (the sweep, :mod:`dnnroofline.measure.op_class_sweep`) holds,
+per precision and per table key (:data:`dnnroofline.estimate.op_classes.TABLE_KEYS`), rows
 of microbenchmarked ops drawn over shape ranges: their shape, FLOPs, bytes, seconds per
 call, ideal time on the env's measured roofs (``ideal_s = max(flops / compute roof,
 bytes / memory roof)``) and efficiency (``ideal_s / seconds``); and the host's costs
@@ -9,8 +9,8 @@ bytes / memory roof)``) and efficiency (``ideal_s / seconds``); and the host's c
 calls of a CPU sweep hold the host's cost of a call without autograd: :func:`load_tables`
 takes it out, so that a row's efficiency is its compute's. The model looks an op up by
 its shape (:meth:`Tables.efficiencies`, one fit per table:
-:mod:`dnnroofline.model.shape_fit`), falling back along
-:data:`~dnnroofline.model.op_classes.FALLBACK_TABLE` where the op's own table is missing.
+:mod:`dnnroofline.perfmodel.shape_fit`), falling back along
+:data:`~dnnroofline.estimate.op_classes.FALLBACK_TABLE` where the op's own table is missing.
 
 Where an env has no sweep (the committed H100 example), :func:`tables_from_ceilings`
 derives coarser tables from its ``ceilings.json``: the GEMM and convolution candidates
@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dnnroofline.errors import InputError
-from dnnroofline.model import shape_fit
-from dnnroofline.model.op_classes import FALLBACK_TABLE, TABLE_KEYS
-from dnnroofline.model.roofline import ideal_seconds, parse_roofs, roof_precisions, select_roof
+from dnnroofline.estimate.op_classes import FALLBACK_TABLE, TABLE_KEYS, TABLES_SCHEMA_VERSION
+from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
+from dnnroofline.perfmodel import shape_fit
 from dnnroofline.study.precisions import operand_bytes, roof_names
 
-SCHEMA_VERSION = 2
 #: The ceilings' candidates record no bytes: they are derived from shapes, at the
 #: precision's operand_bytes. The STREAM arrays' element size per device (float64; MPS
 #: has none: float32), and each benchmark's FLOPs per element: a table row's ideal time
@@ -48,39 +47,6 @@ STREAM_TABLES = {
     "copy": ("copy",),
     "d2d_copy": ("copy",),
 }
-
-
-# --------------------------------------------------------------------------- roofs
-
-
-def roofs_from_ceilings(
-    ceilings: Mapping, precisions: Sequence[str] | None = None, where: str = "ceilings.json"
-) -> tuple[dict, list[str]]:
-    """The roofs efficiencies are shares of, as every stage picks them
-    (:func:`dnnroofline.model.roofline.select_roof`): per precision the measured compute
-    roof (else the datasheet's, noted), and the measured memory roof (else datasheet, noted).
-
-    ``precisions``: those wanted (None: every precision with a compute roof). A wanted
-    precision without any compute roof, or a file without a memory roof, is refused.
-    """
-    roofs = parse_roofs(dict(ceilings), where)
-    notes: list[str] = []
-    if precisions is None:
-        precisions = roof_precisions(roofs)
-    compute = {}
-    for p in precisions:
-        roof = select_roof(roofs, "compute", p)
-        if roof is None:
-            raise InputError(f"{where}: no compute roof for precision {p!r}")
-        if roof.source != "measured":
-            notes.append(f"{p}: no measured compute roof in {where}: shares of the datasheet's")
-        compute[p] = roof.value
-    memory = select_roof(roofs, "memory")
-    if memory is None:
-        raise InputError(f"{where}: no memory roof")
-    if memory.source != "measured":
-        notes.append(f"no measured memory roof in {where}: shares of the datasheet's")
-    return {"compute": compute, "memory": memory.value}, notes
 
 
 def table_row(
@@ -122,7 +88,7 @@ def _positive(value: Any, at: str) -> float:
 
 @dataclass(frozen=True)
 class Tables:
-    """An env's efficiency tables, validated (:func:`load_tables`); each table's fit is
+    """An env's op-class tables, validated (:func:`load_tables`); each table's fit is
     made on its first use and kept."""
 
     where: str
@@ -393,7 +359,7 @@ def tables_from_ceilings(ceilings: Mapping, where: str = "ceilings.json") -> dic
         "no dispatch cost: a ceilings file does not measure it",
     ]
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": TABLES_SCHEMA_VERSION,
         "env": ceilings.get("env"),
         "device": ceilings.get("device"),
         "device_name": ceilings.get("device_name"),

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from dnnroofline.errors import InputError
-from dnnroofline.model.scoring import (
+from dnnroofline.perfmodel.scoring import (
     check_summary,
     error_pct,
     inside,

@@ -1,1 +1,0 @@
-"""Analytic models: FLOP and byte counts, complexity, the roofline's arithmetic."""
