@@ -47,7 +47,9 @@ try:
     # a cluster job re-reads this file on its node: the submitting host checked the models
     on_node = workflow.remote_exec or workflow.subprocess_exec
     if not on_node:  # an earlier, killed snakemake's jobs: waited for or cancelled
-        slurm.settle_previous_jobs(config, os.getcwd(), logger.warning)
+        slurm.settle_previous_jobs(
+            config, os.getcwd(), logger.warning, dry_run=workflow.dryrun
+        )
     STUDY = jobs.load_study(config, check_models=not on_node, cluster_cpus=CLUSTER_CPUS)
     # the study's Slurm jobs that did not complete, from sacct (the report lists them)
     ATTEMPTS = None if on_node else slurm.cluster_attempts(config, os.getcwd())

@@ -165,6 +165,13 @@ def test_an_earlier_snakemakes_jobs_are_waited_for_or_cancelled(tmp_path, mode):
         assert cancelled == [[31, 32]] and said[0].startswith("Cancelling 2 Slurm job(s)")
     else:
         assert cancelled == [] and said[0].startswith("Waiting for 2 Slurm job(s)")
+    # a dry run lists them, and neither waits nor cancels
+    said, cancelled, slept = [], [], []
+    listed = cluster.settle_previous_jobs(
+        config, workdir, said.append, lambda: text, cancelled.append, slept.append, dry_run=True
+    )
+    assert [j["id"] for j in listed] == [31, 32] and cancelled == [] and slept == []
+    assert said[0].startswith("2 Slurm job(s) of an earlier snakemake here still run: 31 (")
     # nothing to do off Slurm, or while a snakemake holds the folder's lock
     assert cluster.settle_previous_jobs({"cluster": "local"}, workdir, said.append) == []
     (workdir / ".snakemake" / "locks").mkdir(parents=True)

@@ -502,11 +502,13 @@ def settle_previous_jobs(
     scancel: Callable[[list[int]], Any] = run_scancel,
     sleep: Callable[[float], Any] = time.sleep,
     poll_s: float = 3.0,
+    dry_run: bool = False,
 ) -> list[dict]:
     """Before the DAG is built: the jobs that an earlier snakemake of this folder left in
     Slurm (it was killed; its lock since removed with --unlock) are waited for or, with
     config ``previous_jobs: cancel``, cancelled, and then gone: what they finished is then
     on disk and is not measured again, and no point is submitted while its job runs.
+    A dry run (``snakemake -n``) only lists them: it must neither block nor cancel.
     Returns those jobs; none off Slurm, or while the folder is locked."""
     if not is_slurm(config) or folder_locked(workdir):
         return []
@@ -515,6 +517,13 @@ def settle_previous_jobs(
         return []
     ids = [j["id"] for j in jobs]
     listing = ", ".join(f"{j['id']} ({j['rule']} {j['wildcards']}, {j['state']})" for j in jobs)
+    if dry_run:
+        log(
+            f"{len(jobs)} Slurm job(s) of an earlier snakemake here still run: {listing}. "
+            "A real run waits for them (or cancels them, with config previous_jobs: cancel) "
+            "before it plans: this dry run's plan may list their points"
+        )
+        return jobs
     if config.get("previous_jobs") == "cancel":  # the schema's default: wait
         log(f"Cancelling {len(jobs)} Slurm job(s) of an earlier snakemake here: {listing}")
         scancel(ids)
