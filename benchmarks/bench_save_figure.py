@@ -36,7 +36,7 @@ def per_format(fig, png, svg):
 
 def kernel_figure(out: Path):
     """The kernel roofline as plot_kernel_roofline.py builds it, caught at save_figure."""
-    from dnnroofline.ncu.kernels import env_roofs, kernel_points
+    from dnnroofline.ncu.kernels import kernel_points, level_roofs
     from dnnroofline.plots import kernels
 
     caught = []
@@ -45,7 +45,7 @@ def kernel_figure(out: Path):
     ceilings = H100 / "ceilings.json"
     kernels.plot_kernels(
         kernel_points(ncu),
-        env_roofs(json.loads(ceilings.read_text()), str(ceilings)),
+        level_roofs(json.loads(ceilings.read_text()), str(ceilings)),
         "h100",
         "amp",
         out / "k.png",

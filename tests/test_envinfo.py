@@ -190,9 +190,9 @@ def test_check_rejects_bad_device_value():
 def test_the_dags_device_detection_has_no_test_switch(monkeypatch):
     # tests fake a CUDA machine from outside (tests/fake_cuda), never through the package
     monkeypatch.delenv("DNNROOFLINE_FAKE_CUDA", raising=False)
-    here = study_config.detect_device()
+    here = study_config.device_from_drivers()
     monkeypatch.setenv("DNNROOFLINE_FAKE_CUDA", "1")
-    assert study_config.detect_device() == here
+    assert study_config.device_from_drivers() == here
 
 
 def test_detect_and_resolve_device():

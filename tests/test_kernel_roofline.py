@@ -21,10 +21,10 @@ from dnnroofline.errors import InputError
 from dnnroofline.ncu.kernels import (
     AREA_PER_SHARE,
     MIN_AREA,
-    env_roofs,
     hierarchical_point,
     kernel_path,
     kernel_points,
+    level_roofs,
     step_time,
     with_ncu_memory_roofs,
 )
@@ -160,7 +160,7 @@ def test_attained_uses_the_timed_median_step_not_ncu_time(h100):
 def test_hierarchical_plot_without_cache_roofs_says_so(tmp_path, h100):
     p = hierarchical_point(h100, 0.01, "gpu", "resnet50", "amp", 32)
     svg = tmp_path / "h.svg"
-    info = plot_hierarchical(p, env_roofs(CEILINGS), tmp_path / "h.png", svg)
+    info = plot_hierarchical(p, level_roofs(CEILINGS), tmp_path / "h.png", svg)
     assert (tmp_path / "h.png").read_bytes()[:8] == PNG_MAGIC
     ids = svg_ids(svg)
     pts = [i for i in ids if i.startswith("point-")]
@@ -180,7 +180,7 @@ def test_hierarchical_plot_without_cache_roofs_says_so(tmp_path, h100):
 def test_hierarchical_plot_draws_a_cache_roof_that_exists(tmp_path, h100):
     p = hierarchical_point(h100, 0.01, "gpu", "resnet50", "amp", 32)
     svg = tmp_path / "h.svg"
-    info = plot_hierarchical(p, env_roofs(WITH_L2), None, svg)
+    info = plot_hierarchical(p, level_roofs(WITH_L2), None, svg)
     ids = svg_ids(svg)
     assert "roof-gpu-memory-l2-measured" in ids
     assert info["cache_roofs"] == 1
@@ -193,7 +193,7 @@ def test_hierarchical_point_above_its_roof_is_flagged(tmp_path, h100):
     # 1.4e11 FLOP in 1 ms = 140 TFLOP/s, above the 121 TFLOP/s amp peak at every level
     p = hierarchical_point(h100, 0.001, "gpu", "resnet50", "amp", 32)
     svg = tmp_path / "h.svg"
-    info = plot_hierarchical(p, env_roofs(CEILINGS), None, svg)
+    info = plot_hierarchical(p, level_roofs(CEILINGS), None, svg)
     rings = [i for i in svg_ids(svg) if i.startswith("above-roof-")]
     assert info["above_roof"] == 2 == len(rings)  # L2 and DRAM; L1 has no point (wgmma)
 
@@ -202,7 +202,7 @@ def test_hierarchical_plot_of_a_failed_capture_says_why(tmp_path):
     doc = {"status": "unavailable", "message": "ncu not found", **empty_result("x")}
     p = hierarchical_point(doc, 0.01, "gpu", "resnet50", "amp", 32)
     svg = tmp_path / "h.svg"
-    info = plot_hierarchical(p, env_roofs(CEILINGS), None, svg)
+    info = plot_hierarchical(p, level_roofs(CEILINGS), None, svg)
     assert info["points"] == 0
     assert not [i for i in svg_ids(svg) if i.startswith("point-")]
     assert "ncu capture unavailable: ncu not found" in svg.read_text()
@@ -211,23 +211,23 @@ def test_hierarchical_plot_of_a_failed_capture_says_why(tmp_path):
 def test_hierarchical_plot_refuses_a_missing_peak(h100):
     p = hierarchical_point(h100, 0.01, "gpu", "resnet50", "bf16", 32)
     with pytest.raises(InputError, match="no compute peak for precision 'bf16'"):
-        plot_hierarchical(p, env_roofs(CEILINGS), None, None)
+        plot_hierarchical(p, level_roofs(CEILINGS), None, None)
 
 
 # --------------------------------------------------------------------------- ceilings
 
 
-def test_env_roofs_reads_dram_and_cache_roofs():
-    r = env_roofs(WITH_L2)
+def test_level_roofs_reads_dram_and_cache_roofs():
+    r = level_roofs(WITH_L2)
     assert r.memory["dram"] == {"measured": 250e9, "datasheet": 300e9}
     assert r.memory["l2"] == {"measured": 2e12} and r.memory["l1"] == {}
     assert r.compute[("amp", "datasheet")] == 121e12
     bad = dict(CEILINGS, cache_roofs=[{"level": "l3", "source": "measured", "value": 1e12}])
     with pytest.raises(InputError, match="level"):
-        env_roofs(bad, "c.json")
+        level_roofs(bad, "c.json")
     no_dram = {"env": "gpu", "roofs": [roof("compute", "fp32", "measured", 1e12)]}
     with pytest.raises(InputError, match="DRAM"):
-        env_roofs(no_dram)
+        level_roofs(no_dram)
 
 
 # --------------------------------------------------------------------------- per kernel
@@ -284,7 +284,7 @@ def test_kernel_sizes_are_proportional_to_time_share(nnperf, tmp_path):
     ratios = {round(p.area / p.share, 6) for p in big}
     assert ratios == {AREA_PER_SHARE}
     # what was drawn: marker size (a diameter) squared is the area
-    info = plot_kernels(ks, env_roofs(CEILINGS), "gpu", "fp32", None, tmp_path / "k.svg", "t")
+    info = plot_kernels(ks, level_roofs(CEILINGS), "gpu", "fp32", None, tmp_path / "k.svg", "t")
     for p in ks.points:
         assert info["markersize"][f"kernel-{p.index}"] ** 2 == pytest.approx(p.area)
     largest = max(ks.points, key=lambda p: p.share)
@@ -298,7 +298,7 @@ def test_kernel_sizes_are_proportional_to_time_share(nnperf, tmp_path):
 def test_kernel_plot_has_one_point_per_plottable_kernel(nnperf, tmp_path):
     ks = kernel_points(nnperf)
     png, svg = tmp_path / "k.png", tmp_path / "k.svg"
-    info = plot_kernels(ks, env_roofs(CEILINGS), "gpu", "fp32", png, svg, "kernels")
+    info = plot_kernels(ks, level_roofs(CEILINGS), "gpu", "fp32", png, svg, "kernels")
     assert png.read_bytes()[:8] == PNG_MAGIC
     ids = svg_ids(svg)
     kernel_ids = [i for i in ids if re.fullmatch(r"kernel-\d+", i)]
@@ -326,7 +326,7 @@ def test_kernel_colour_follows_its_flop_path(h100, tmp_path):
     ks = kernel_points(h100)
     assert [p.path for p in ks.points] == ["tensor", "fp32", "tensor"]
     svg = tmp_path / "k.svg"
-    plot_kernels(ks, env_roofs(CEILINGS), "gpu", "amp", None, svg, "t")
+    plot_kernels(ks, level_roofs(CEILINGS), "gpu", "amp", None, svg, "t")
     root = ET.parse(svg).getroot()
 
     def fill(gid):
@@ -346,7 +346,7 @@ def test_kernel_above_every_roof_is_flagged(tmp_path):
         ]
     }
     svg = tmp_path / "k.svg"
-    info = plot_kernels(kernel_points(doc), env_roofs(CEILINGS), "gpu", "fp32", None, svg, "t")
+    info = plot_kernels(kernel_points(doc), level_roofs(CEILINGS), "gpu", "fp32", None, svg, "t")
     assert info["above_roof"] == 1
     assert "above-roof-kernel-0" in svg_ids(svg) and "above-roof-kernel-1" not in svg_ids(svg)
 
@@ -363,7 +363,7 @@ def test_kernel_above_its_own_paths_roof_is_flagged_below_another_precisions(tmp
         ]
     }  # fmt: skip
     svg = tmp_path / "k.svg"
-    info = plot_kernels(kernel_points(doc), env_roofs(CEILINGS), "gpu", "amp", None, svg, "t")
+    info = plot_kernels(kernel_points(doc), level_roofs(CEILINGS), "gpu", "amp", None, svg, "t")
     assert info["above_roof"] == 1  # the tensor-core one is held to amp's roof
     assert "above-roof-kernel-0" in svg_ids(svg) and "above-roof-kernel-1" not in svg_ids(svg)
 
@@ -711,7 +711,7 @@ def test_kernel_plot_labels_clear_each_other_and_the_kernels(monkeypatch, h100):
         kernel_plots,
         plot_kernels,
         kernel_points(h100),
-        env_roofs(H100_CEILINGS),
+        level_roofs(H100_CEILINGS),
         "h100",
         "bf16",
         None,
@@ -727,7 +727,7 @@ def test_hierarchical_plot_labels_clear_each_other_and_the_levels(monkeypatch, h
     # labels lie side by side, not one over the other
     derived = {"dram": 3.35e12, "l2": 8.99e12, "l1": 29.7e12}  # an H100's, as ncu reads them
     capture = {"memory_roofs": {lv: {"bytes_per_s": v} for lv, v in derived.items()}}
-    roofs = with_ncu_memory_roofs(env_roofs(H100_CEILINGS), capture)
+    roofs = with_ncu_memory_roofs(level_roofs(H100_CEILINGS), capture)
     point = hierarchical_point(h100, 0.0007, "h100", "resnet18", "bf16", 2)
     fig = drawn_figure(monkeypatch, kernel_plots, plot_hierarchical, point, roofs, None, None)
     assert label_clashes(fig, r"point-.*-(l1|l2|dram)") == []

@@ -25,8 +25,8 @@ from dnnroofline.ncu.hierarchy import (
 )
 from dnnroofline.ncu.kernels import (
     NCU_THEORETICAL,
-    env_roofs,
     hierarchical_point,
+    level_roofs,
     step_time,
     with_ncu_memory_roofs,
 )
@@ -136,7 +136,7 @@ def test_per_kernel_wgmma_counts_decide_the_l1_level(kernel_pass):
 def test_plot_of_the_committed_amp_capture_says_l1_is_not_measurable(tmp_path):
     ceilings = json.loads((H100 / "results" / "h100" / "ceilings.json").read_text())
     ncu = committed("resnet50_amp_bs256")
-    roofs = with_ncu_memory_roofs(env_roofs(ceilings), ncu)
+    roofs = with_ncu_memory_roofs(level_roofs(ceilings), ncu)
     svg = tmp_path / "h.svg"
     info = plot_hierarchical(point_of(ncu, "resnet50_amp_bs256"), roofs, tmp_path / "h.png", svg)
     ids = svg_ids(svg)
@@ -162,7 +162,7 @@ def test_ncus_dram_peak_is_the_datasheet_figure():
         for r in ceilings["roofs"]
         if r["kind"] == "memory" and r["source"] == "datasheet"
     ]
-    roofs = with_ncu_memory_roofs(env_roofs(ceilings), committed("resnet50_amp_bs256"))
+    roofs = with_ncu_memory_roofs(level_roofs(ceilings), committed("resnet50_amp_bs256"))
     assert roofs.memory["dram"][NCU_THEORETICAL] == pytest.approx(datasheet[0], rel=1e-3)
     assert "bus width x memory clock, the datasheet figure" in roofs.notes["dram:ncu-theoretical"]
 

@@ -524,15 +524,15 @@ def test_hierarchical_plot_draws_the_captures_own_l2_dram_roofs(tmp_path):
 
     from dnnroofline.ncu.kernels import (
         NCU_THEORETICAL,
-        env_roofs,
         hierarchical_point,
         hierarchical_roof_at,
+        level_roofs,
         with_ncu_memory_roofs,
     )
     from dnnroofline.plots.kernels import plot_hierarchical
 
     ncu = {"status": "ok", **combine_passes(parse_ncu_csv(H100_RAW), parse_ncu_csv(STEP_RAW))}
-    roofs = with_ncu_memory_roofs(env_roofs(CEILINGS), ncu)
+    roofs = with_ncu_memory_roofs(level_roofs(CEILINGS), ncu)
     assert roofs.memory["l2"] == {NCU_THEORETICAL: pytest.approx(5120 * 1.755e9)}
     assert roofs.memory["dram"][NCU_THEORETICAL] == pytest.approx(1280 * 2.619e9)
     assert "measured" in roofs.memory["dram"]  # the ceilings' own roofs stay

@@ -608,7 +608,7 @@ def test_roofs_to_draw_pairs_roofs_and_keeps_the_precisions_with_points():
 
 
 def test_static_interactive_and_kernel_plots_draw_the_roofs_selected_once(tmp_path):
-    from dnnroofline.ncu.kernels import env_roofs as kernel_plot_roofs
+    from dnnroofline.ncu.kernels import level_roofs as kernel_plot_roofs
     from dnnroofline.plots.interactive import ROOFS, roofline_chart
 
     runs = [

@@ -181,10 +181,10 @@ def test_the_above_roof_check_holds_a_kernel_to_the_measured_roof_the_point_uses
 
 
 def test_the_kernel_plot_holds_a_tensor_kernel_to_its_own_precisions_roofs():
-    env = ncu_kernels.env_roofs(CEILINGS)
+    env = ncu_kernels.level_roofs(CEILINGS)
     # amp's roofs (fp16 named or not), not bf16's higher datasheet peak
     assert ncu_kernels.kernel_roof_at(env, 1e9, "tensor", "amp") == 989 * T
     fp16, bf16 = compute("fp16", "measured", 700 * T), compute("bf16", "measured", 900 * T)
     only_fp16 = {"roofs": [fp16, bf16, memory("measured", 3 * T)]}
-    env = ncu_kernels.env_roofs(only_fp16)
+    env = ncu_kernels.level_roofs(only_fp16)
     assert ncu_kernels.kernel_roof_at(env, 1e9, "tensor", "amp") == 700 * T

@@ -25,9 +25,9 @@ from dnnroofline.errors import InputError
 from dnnroofline.io import read_json
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
 from dnnroofline.ncu.kernels import (
-    env_roofs,
     hierarchical_point,
     kernel_points,
+    level_roofs,
     ncu_status,
     short_name,
     step_time,
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         ncu = read_json(args.ncu)
         status, message = ncu_status(ncu)
         ceilings = read_json(args.ceilings)
-        roofs = env_roofs(ceilings, args.ceilings)
+        roofs = level_roofs(ceilings, args.ceilings)
         if args.kind == "kernels":
             kset = kernel_points(ncu if status == "ok" else {"kernels": []})
             # kernels faster than their class's measured roof: that roof is too low

@@ -83,7 +83,7 @@ class Roofs:
     notes: dict[str, str] = field(default_factory=dict)  # (level, source) notes
 
 
-def env_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
+def level_roofs(ceilings: Mapping, where: str = "ceilings") -> Roofs:
     """Compute roofs and DRAM/L2/L1 bandwidth roofs of one ceilings file.
 
     Compute and DRAM: :func:`dnnroofline.estimate.roofline.env_roofs`, the highest roof of

@@ -104,7 +104,7 @@ def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> lev
     by = c.get("by_precision") or {}
     half = next((by[p] for p in HALF_PRECISIONS if isinstance(by.get(p), Mapping)), None)
     pair = (c.get("min_dram_bytes_per_step"), (half or {}).get("min_dram_bytes_per_step"))
-    threads = data.env_threads(env, config, env_infos)
+    threads = data.env_threads(env, config)
     if isnum(threads):  # a data-parallel env's processes use threads each
         threads = int(threads) * env_compare.env_options(config, env)["nproc"]
     cores = info.get("cpu_cores_physical")

@@ -364,6 +364,7 @@ def layer_total(v: Any) -> float:
 
 
 def env_device(env: str, config: Mapping | None, env_infos: Mapping) -> str:
+    """The device the env's step ran on: its fingerprint's (auto resolved), else its config's."""
     info = env_infos.get(env) or {}
     dev = info.get("device") or env_matrix(config, env)["device"] or "auto"
     return str(dev)
@@ -375,13 +376,15 @@ def env_devices(metrics: pd.DataFrame) -> dict[str, str]:
     return {str(e): str(d) for e, d in zip(m.get("env", []), m.get("device", []), strict=True)}
 
 
-def env_threads(env: str, config: Mapping | None, env_infos: Mapping, metrics=None):
+def env_threads(env: str, config: Mapping | None, metrics: pd.DataFrame | None = None):
+    """Threads per process the env's runs recorded, else its config's (None: neither)."""
+    if metrics is not None and len(metrics) and "threads" in metrics:
+        recorded = pd.to_numeric(metrics.loc[metrics["env"] == env, "threads"], errors="coerce")
+        recorded = recorded.dropna()
+        if len(recorded):
+            return int(recorded.iloc[0])
     t = env_matrix(config, env)["threads"]
-    if t is None and metrics is not None and len(metrics):
-        tt = metrics.loc[metrics["env"] == env, "threads"].dropna()
-        if len(tt):
-            t = int(tt.iloc[0])
-    return t
+    return int(t) if isnum(t) else None
 
 
 def env_hw(env: str, env_infos: Mapping, ceilings: Mapping | None = None) -> str:

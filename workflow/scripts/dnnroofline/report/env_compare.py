@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from dnnroofline.formatting import isnum
+from dnnroofline.report.data import env_device, env_threads
 from dnnroofline.report.data import envs_cfg as _envs
 from dnnroofline.study import defaults
 
@@ -86,11 +87,6 @@ def same_machine(a: str, b: str, env_infos: Mapping[str, Mapping]) -> bool:
     return ka is not None and ka == kb
 
 
-def env_device(env: str, config: Mapping | None, env_infos: Mapping[str, Mapping]) -> str:
-    """The device the env's step ran on: its fingerprint's (auto resolved), else its config's."""
-    return str((env_infos.get(env) or {}).get("device") or env_options(config, env)["device"])
-
-
 def counterparts(env: str, config: Mapping | None, env_infos: Mapping[str, Mapping]) -> list[str]:
     """The other envs that run the step on the same machine and device: a cpu env on a GPU
     box is no counterpart of its cuda envs (the gap would read as compiling's, or scaling's)."""
@@ -102,17 +98,6 @@ def counterparts(env: str, config: Mapping | None, env_infos: Mapping[str, Mappi
         and same_machine(e, env, env_infos)
         and env_device(e, config, env_infos) == device
     ]
-
-
-def env_threads(env: str, config: Mapping | None, metrics: pd.DataFrame | None) -> int | None:
-    """Threads per process the env's runs recorded (else its config's)."""
-    if metrics is not None and len(metrics) and "threads" in metrics:
-        recorded = pd.to_numeric(metrics.loc[metrics["env"] == env, "threads"], errors="coerce")
-        recorded = recorded.dropna()
-        if len(recorded):
-            return int(recorded.iloc[0])
-    t = _envs(config).get(env, {}).get("threads")
-    return int(t) if _num(t) else None
 
 
 def _pick(candidates: list[str], score: Any) -> str | None:

@@ -29,7 +29,7 @@ def facts(
     return {
         "study": data.study_cfg(config),
         "cuda_envs": [e for e, d in devs.items() if d == "cuda"],
-        "threads": [(env, data.env_threads(env, config, env_infos, m)) for env in envs],
+        "threads": [(env, data.env_threads(env, config, m)) for env in envs],
         "throughput": [
             {"env": env, "precision": prec, "device": devs.get(env, ""), "rows": data.records(g)}
             for (env, prec), g in tp.groupby(["env", "precision"], sort=True)

@@ -156,7 +156,7 @@ def detect_gpu_count(root: str = "/proc/driver/nvidia/gpus") -> int | None:
         return None
 
 
-def detect_device() -> str:
+def device_from_drivers() -> str:
     """The best device this machine has, without importing torch (DAG building stays fast).
 
     cuda when the NVIDIA driver is loaded, mps on Apple silicon, else cpu. The jobs
@@ -222,7 +222,7 @@ class Study:
         other facts, such as ``known_models``, as given)."""
         return cls(
             config,
-            machine_device=detect_device(),
+            machine_device=device_from_drivers(),
             cpu_flags=detect_cpu_flags(),
             gpu_count=detect_gpu_count(),
             **facts,
