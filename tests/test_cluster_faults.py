@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import signal
 import subprocess
@@ -123,8 +124,16 @@ def test_a_measuring_jobs_time_limit_comes_from_the_cost_model(tmp_path, monkeyp
         }
     )
     monkeypatch.chdir(tmp_path)
+    # a file that is no benchmark (cut short) leaves the others to decide
+    (runs / "cpu_a_resnet18_fp32_bs2_run3.tsv").write_text("")
     assert jobs.benchmark_walls(bench, "cpu_a") == {"cpu_a_resnet18_fp32_bs2_run1": 40.5}
     assert jobs.time_limit("train", bench, point, 1, None) == 3  # 81 s: 2 min, plus 1
+    # each version of a file is read once; a rewritten one is read again
+    redone = runs / "cpu_a_resnet18_fp32_bs2_run3.tsv"
+    redone.write_text(header + "70\t0:01:10\t1\t1\t1\t1\t0\t0\t0\t60\n")
+    os.utime(redone, ns=(1, 2_000_000_000))
+    assert jobs.benchmark_walls(bench, "cpu_a")["cpu_a_resnet18_fp32_bs2_run3"] == 70.0
+    redone.unlink()
     assert jobs.time_limit("train", bench, point, 2, None) == 6
     attempt = {"rule": "train", "wildcards": "cpu_a_resnet18_fp32_2_2", "state": "TIMEOUT"}
     timed_out = [dict(attempt, elapsed_s=100)]

@@ -6,12 +6,16 @@ rules/common.smk wraps these in the functions of ``wildcards`` Snakemake calls.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import glob
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dnnroofline.errors import InputError
 from dnnroofline.study import cost
 from dnnroofline.study.cluster import is_slurm, outlived_s
 from dnnroofline.study.config import Study
@@ -145,15 +149,27 @@ def driver_run_id(kind: str) -> Callable[[Any], str]:
     return run_id_of
 
 
+@functools.lru_cache(maxsize=65536)
+def _benchmark_wall(path: str, mtime_ns: int) -> float | None:
+    """One benchmark file's wall seconds, read once per version of the file: every job
+    that Slurm is asked to time reads the files of its rule (None: an unreadable file,
+    which only leaves the job to the other files or the prior)."""
+    try:
+        return cost.read_benchmark(path)["wall_s"]
+    except InputError:
+        return None
+
+
 def benchmark_walls(benchmark: str, env: str) -> dict[str, float]:
     """Wall seconds of the study's finished jobs of one rule on ``env``, by benchmark file
     stem: the files of the rule's ``benchmark:`` pattern, its other wildcards any value."""
     pattern = re.sub(r"\{(?!menv\})[^}]*\}", "*", benchmark).replace("{menv}", env)
     walls = {}
     for path in sorted(glob.glob(pattern)):
-        wall = cost.read_benchmark(path)["wall_s"]
-        if wall is not None:
-            walls[Path(path).stem] = wall
+        with contextlib.suppress(OSError):  # a file removed since the listing
+            wall = _benchmark_wall(path, os.stat(path).st_mtime_ns)
+            if wall is not None:
+                walls[Path(path).stem] = wall
     return walls
 
 
