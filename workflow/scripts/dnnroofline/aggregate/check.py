@@ -49,6 +49,9 @@ CHECK_COLUMNS = [
     "measured_peak_memory_source",
     "in_interval",
     "images_per_s_in_interval",
+    "predicted_joules_per_image",
+    "measured_joules_per_image",
+    "joules_per_image_error_pct",
     "note",
 ]
 BASELINES = ("roofline_datasheet", "roofline_measured", "per_op_roofline")
@@ -168,8 +171,18 @@ def measured_points(metrics: pd.DataFrame) -> dict[Point, dict]:
             "peak_memory": peak,
             "peak_memory_source": source,
             "peak_memory_note": note,
+            "joules_per_image": _median_joules_per_image(runs),
         }
     return out
+
+
+def _median_joules_per_image(runs: pd.DataFrame) -> float:
+    """The median joules per image over the runs that recorded it (NaN: none did, or the
+    ledger predates energy)."""
+    if "joules_per_image" not in runs:
+        return math.nan
+    values = pd.to_numeric(runs["joules_per_image"], errors="coerce").dropna()
+    return float(values.median()) if len(values) else math.nan
 
 
 def model_loo_steps(
@@ -206,10 +219,12 @@ def _check_row(
     peak: object,
     interval_ips: tuple[object, object] | None = None,
     note: str = "",
+    joules_per_image: object = math.nan,
 ) -> dict:
     """One row of :data:`CHECK_COLUMNS`: a method's predicted step against the point's
     runs, scored on step time and on images/s; ``interval_ips`` is the method's
-    (low, high) images/s, where it has one."""
+    (low, high) images/s, where it has one; ``joules_per_image`` its energy per image,
+    where it predicts one (the model)."""
     env, model, precision, batch = point
     ips = scoring.per_step(batch, step)  # batch / step: the same conversion both ways
     steps = scoring.step_interval(batch, *interval_ips) if interval_ips else None
@@ -232,6 +247,11 @@ def _check_row(
         "images_per_s_in_interval": scoring.inside(
             measured["images_per_s"],
             (batch / steps[1], batch / steps[0]) if steps else None,
+        ),
+        "predicted_joules_per_image": scoring.number(joules_per_image),
+        "measured_joules_per_image": measured.get("joules_per_image", math.nan),
+        "joules_per_image_error_pct": scoring.error_pct(
+            joules_per_image, measured.get("joules_per_image", math.nan)
         ),
         "note": "; ".join(filter(None, [note, measured.get("peak_memory_note", "")])),
     }
@@ -283,7 +303,8 @@ def check_rows(
         step = scoring.number(pred.get("predicted_step_s"))
         interval = (pred.get("interval_low_images_per_s"), pred.get("interval_high_images_per_s"))
         why = "" if math.isfinite(step) else scoring.text(pred.get("notes"))
-        rows.append(_check_row(point, "model", step, meas, peak, interval, why))
+        joules = pred.get("predicted_joules_per_image", math.nan)
+        rows.append(_check_row(point, "model", step, meas, peak, interval, why, joules))
     return rows
 
 

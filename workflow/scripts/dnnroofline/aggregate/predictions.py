@@ -24,6 +24,7 @@ from dnnroofline.aggregate.perfmodel_files import (
 from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import step_variant
 from dnnroofline.estimate.roofline import parse_roofs, roof_precisions
+from dnnroofline.perfmodel import energy as en
 from dnnroofline.perfmodel import op_class_tables as oct_
 from dnnroofline.perfmodel import predict as pr
 from dnnroofline.study import datasheet
@@ -42,6 +43,7 @@ PREDICTION_COLUMNS = [
     "predicted_device_s",
     "predicted_host_s",
     "predicted_busy_share",
+    "predicted_joules_per_image",
     "interval_low_images_per_s",
     "interval_high_images_per_s",
     "interval_level",
@@ -185,10 +187,12 @@ def predict_point(
     kind: str = "measured",
     env_source: str = "study",
     where: str = "op inventory",
+    energy: tuple[en.EnergyCosts | None, str] = (None, "no energy costs given"),
 ) -> dict:
-    """One row of predictions.csv: the model's prediction of one point. A model that
-    cannot train at this size (its inventory's status ``error``) gets a row without
-    figures, its reason in the notes, as its runs record theirs."""
+    """One row of predictions.csv: the model's prediction of one point, its joules per
+    image from ``energy`` (the env's costs, or None and why not). A model that cannot
+    train at this size (its inventory's status ``error``) gets a row without figures, its
+    reason in the notes, as its runs record theirs."""
     row = _point_row(point, kind, env_source)
     if isinstance(inventory, Mapping) and inventory.get("status") == "error":
         row.update(method="model", notes=f"no prediction: {where}: {inventory.get('message')}")
@@ -197,6 +201,11 @@ def predict_point(
     batch = int(point[3])
     peak = peak_memory(complexity, point[2])
     low, high = p.interval if p.interval else (math.nan, math.nan)
+    costs, no_costs = energy
+    joules, energy_note = math.nan, f"no energy prediction: {no_costs}"
+    if costs is not None:
+        step_j = en.step_energy(pr.inventory_ops(inventory, where), costs, point[2], p.step_s)
+        joules, energy_note = step_j.joules / batch, step_j.shares_text()
     row.update(
         method="model",
         predicted_step_s=p.step_s,
@@ -204,6 +213,7 @@ def predict_point(
         predicted_device_s=p.device_s,
         predicted_host_s=math.nan if p.host_s is None else p.host_s,
         predicted_busy_share=p.busy_share,
+        predicted_joules_per_image=joules,
         interval_low_images_per_s=batch / high if p.interval else math.nan,
         interval_high_images_per_s=batch / low if p.interval else math.nan,
         interval_level=pr.INTERVAL_LEVEL if p.interval else math.nan,
@@ -213,7 +223,7 @@ def predict_point(
         predicted_peak_memory_bytes=peak,
         device_memory_bytes=device_memory,
         fits=None if peak is None or device_memory is None else peak <= device_memory,
-        notes="; ".join([machine.source, *p.notes]),
+        notes="; ".join([machine.source, *p.notes, energy_note]),
     )
     return row
 
@@ -247,6 +257,16 @@ def _what_if_machine(w: WhatIf, envs: Mapping[str, EnvFiles]) -> tuple[pr.Machin
     return machine_of(scaled, where), target.memory_bytes
 
 
+def _what_if_energy(
+    w: WhatIf, costs: Mapping[str, tuple[en.EnergyCosts | None, str]]
+) -> tuple[en.EnergyCosts | None, str]:
+    """A what-if's energy costs: its env's own; none for another GPU (its costs are
+    measured on that GPU, never scaled from this one's)."""
+    if w.gpu is not None:
+        return None, f"the energy costs of {w.gpu} are not measured here"
+    return costs.get(w.tables_env, (None, f"no ceilings of env {w.tables_env}"))
+
+
 def prediction_rows(
     points: Iterable[Point],
     what_ifs: Iterable[WhatIf],
@@ -256,6 +276,10 @@ def prediction_rows(
 ) -> list[dict]:
     """Every row of predictions.csv: the study's points, then the what-ifs. No metrics in."""
     machines: dict[str, tuple[pr.Machine, int | None]] = {}
+    costs = {
+        e: en.costs_from_ceilings(f.ceilings, f.where or f"ceilings of env {e}")
+        for e, f in envs.items()
+    }
     rows = []
     for point in dict.fromkeys(tuple(p) for p in points):
         env, model, precision, batch = point
@@ -272,7 +296,13 @@ def prediction_rows(
             machine, memory = machines[env]
             rows.append(
                 predict_point(
-                    point, inventory, machine, complexity=comp, device_memory=memory, where=where
+                    point,
+                    inventory,
+                    machine,
+                    complexity=comp,
+                    device_memory=memory,
+                    where=where,
+                    energy=costs[env],
                 )
             )
         except InputError as exc:
@@ -294,6 +324,7 @@ def prediction_rows(
                 kind="what_if",
                 env_source=w.env_source,
                 where=where,
+                energy=_what_if_energy(w, costs),
             )
         )
     return rows

@@ -285,6 +285,10 @@ def check_rows(predicted: Iterable[Mapping], measured: Mapping[Point, Mapping]) 
                 "images_per_s_in_interval": inside(
                     measured_ips, (number(low), number(high)) if steps else None
                 ),
+                # a transfer predicts no energy: the target's costs are its own to measure
+                "predicted_joules_per_image": math.nan,
+                "measured_joules_per_image": number(runs.get("joules_per_image")),
+                "joules_per_image_error_pct": math.nan,
                 "note": note,
                 "anchor": text(r.get("anchor")),
             }
