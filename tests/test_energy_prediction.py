@@ -144,3 +144,22 @@ def test_a_ledger_without_energy_checks_time_and_leaves_joules_empty():
     row = model_row(check_of(metrics_frame([("ok", 100.0)])))
     assert math.isnan(row["measured_joules_per_image"])
     assert math.isnan(row["joules_per_image_error_pct"])
+
+
+def test_the_check_summary_scores_joules_per_image_where_there_are_any():
+    from dnnroofline.perfmodel import scoring
+
+    STEP = {"predicted_step_s": 1.0, "measured_step_s": 1.0}
+    rows = [
+        {"method": "model", "error_pct": 5.0, **STEP, "predicted_joules_per_image": 1.1,
+         "measured_joules_per_image": 1.0, "joules_per_image_error_pct": 10.0},
+        {"method": "model", "error_pct": -5.0, **STEP, "predicted_joules_per_image": 1.5,
+         "measured_joules_per_image": 2.0, "joules_per_image_error_pct": -25.0},
+        {"method": "roofline_measured", "error_pct": 50.0, **STEP},
+    ]  # fmt: skip
+    model, roof = scoring.check_summary(rows)
+    assert model["joules_per_image_n"] == 2
+    assert model["joules_per_image_mape_pct"] == pytest.approx(17.5)
+    assert model["joules_per_image_max_abs_error_pct"] == pytest.approx(25.0)
+    assert math.isnan(model["joules_per_image_coverage"])  # no interval on energy
+    assert roof["joules_per_image_n"] == 0 and math.isnan(roof["joules_per_image_mape_pct"])

@@ -89,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['mape_pct']:.1f}%, max |error| {s['max_abs_error_pct']:.1f}%, Kendall tau "
             f"{s['kendall_tau']:.2f}, coverage {s['coverage']:.2f}; images/s: MAPE "
             f"{s['images_per_s_mape_pct']:.1f}%, max |error| "
-            f"{s['images_per_s_max_abs_error_pct']:.1f}%",
+            f"{s['images_per_s_max_abs_error_pct']:.1f}%"
+            + (
+                f"; J/image: MAPE {s['joules_per_image_mape_pct']:.1f}%, max |error| "
+                f"{s['joules_per_image_max_abs_error_pct']:.1f}%"
+                if s["joules_per_image_n"]
+                else ""
+            ),
             file=sys.stderr,
         )
     return 0

@@ -29,6 +29,14 @@ UNITS = {
         "images_per_s_error_pct",
         "images_per_s_in_interval",
     ),
+    # energy has no interval: its coverage is NaN
+    "joules_per_image": (
+        "joules_per_image_",
+        "predicted_joules_per_image",
+        "measured_joules_per_image",
+        "joules_per_image_error_pct",
+        None,
+    ),
 }
 
 
@@ -113,13 +121,14 @@ def check_summary(rows: Iterable[Mapping]) -> list[dict]:
     ``max_abs_error_pct``, ``kendall_tau`` (predicted against measured step time over the
     points) and ``coverage`` (share of its rows whose measured step lies in the interval;
     NaN for a method without one), on step time; the same five keys prefixed
-    ``images_per_s_`` on images/s. Methods in order of first appearance."""
+    ``images_per_s_`` on images/s, and ``joules_per_image_`` on energy per image (``n``
+    0 where the method or the runs have none). Methods in order of first appearance."""
     by_method: dict[str, list[Mapping]] = {}
     for row in rows:
         if finite(row.get("error_pct")):
             by_method.setdefault(str(row["method"]), []).append(row)
     return [
-        {"method": method, **unit_scores(rs, "step"), **unit_scores(rs, "images_per_s")}
+        {"method": method, **{k: v for unit in UNITS for k, v in unit_scores(rs, unit).items()}}
         for method, rs in by_method.items()
     ]
 
