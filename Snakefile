@@ -68,6 +68,7 @@ localrules:
     plot_interactive_env,
     plot_interactive_all,
     plot_throughput,
+    plot_energy_roofline,
     plot_parity,
     plot_kernel_roofline,
     plot_hierarchical_roofline,

@@ -1,4 +1,4 @@
-# Static roofline and throughput plots (PNG for the report, SVG for papers).
+# Static roofline, energy roofline and throughput plots (PNG for the report, SVG for papers).
 
 
 rule plot_roofline_env:
@@ -74,6 +74,34 @@ rule plot_throughput:
     shell:
         logged(
             "python {params.script} --metrics {input} --png {output.png} --svg {output.svg}"
+        )
+
+
+# Choi's energy roofline: FLOP/J against AI, each env's fitted energy costs as its roofs.
+rule plot_energy_roofline:
+    input:
+        metrics="results/metrics.csv",
+        points="results/roofline_points.csv",
+        ceilings=TARGETS.ceilings_files(),
+    output:
+        png=report(
+            "results/plots/energy_roofline.png",
+            caption="../report/energy_roofline.rst",
+            category="4. Roofline",
+            subcategory="Static rooflines",
+            labels={"figure": "energy roofline", "env": "all envs"},
+        ),
+        svg="results/plots/energy_roofline.svg",
+    log:
+        "results/logs/plots/energy_roofline.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        script=entry_script("plot_energy_roofline.py"),
+    shell:
+        logged(
+            "python {params.script} --metrics {input.metrics} --points {input.points} "
+            "--ceilings {input.ceilings} --png {output.png} --svg {output.svg}"
         )
 
 

@@ -17,6 +17,8 @@ rule report_sections:
         predictions="results/predictions.csv",
         prediction_check="results/prediction_check.csv",
         parity="results/plots/prediction_parity.svg",
+        # the energy page: its roofline
+        energy_roofline="results/plots/energy_roofline.svg",
         # on Slurm: the jobs that did not complete (cancelled, timed out, ...)
         cluster_attempts=[] if ATTEMPTS is None else "results/cluster_attempts.csv",
     output:
@@ -48,6 +50,7 @@ rule report_sections:
             "--expected-runs {input.matrix} --runs {input.runs} --benchmarks {input.benchmarks} "
             "--lock {input.lock} --predictions {input.predictions} "
             "--prediction-check {input.prediction_check} --parity {input.parity} "
+            "--energy-roofline {input.energy_roofline} "
             "{params.attempts} --outdir {params.outdir}"
         )
 

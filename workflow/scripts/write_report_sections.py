@@ -9,6 +9,7 @@
         [--predictions results/predictions.csv] \\
         [--prediction-check results/prediction_check.csv] \\
         [--parity results/plots/prediction_parity.svg] \\
+        [--energy-roofline results/plots/energy_roofline.svg] \\
         [--cluster-attempts results/cluster_attempts.csv] \\
         --outdir results/report_sections
 
@@ -22,7 +23,8 @@ per-step time distribution of every run to the measurement section. ``--lock``
 (the hashed lock file) makes the reproducibility section compare each env's
 installed package versions (env_info.json ``packages``) with it. ``--predictions``,
 ``--prediction-check`` and ``--parity`` (the model's files) fill the model section;
-without them it says there is nothing to show yet. ``--cluster-attempts`` (a study on
+without them it says there is nothing to show yet. ``--energy-roofline`` (the
+energy roofline's SVG) is embedded in the energy section. ``--cluster-attempts`` (a study on
 Slurm) lists its jobs that did not complete in the analysis section.
 """
 
@@ -117,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictions", help="results/predictions.csv (the model section)")
     ap.add_argument("--prediction-check", help="results/prediction_check.csv")
     ap.add_argument("--parity", help="results/plots/prediction_parity.svg")
+    ap.add_argument("--energy-roofline", help="results/plots/energy_roofline.svg")
     ap.add_argument(
         "--cluster-attempts", help="results/cluster_attempts.csv: Slurm jobs that did not complete"
     )
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             else None
         )
         parity = _read_text(args.parity, "--parity") if args.parity else None
+        energy_svg = (
+            _read_text(args.energy_roofline, "--energy-roofline") if args.energy_roofline else None
+        )
         attempts = (
             _load_csv(args.cluster_attempts, "--cluster-attempts")
             if args.cluster_attempts
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         prediction_check=check,
         parity_svg=parity,
         cluster_attempts=attempts,
+        energy_svg=energy_svg,
     )
     outdir = Path(args.outdir)
     for name in SECTION_FILES:

@@ -22,6 +22,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("analysis", "5. Analysis"),
     ("reproducibility", "6. Reproducibility"),
     ("model", "7. Model"),
+    ("energy", "8. Energy"),
 )
 SECTION_NAMES = tuple(name for name, _ in SECTIONS)
 
@@ -36,6 +37,6 @@ SECTION_FILES = tuple(section_file(name) for name in SECTION_NAMES)
 #: The page of a study compared with a baseline (config ``compare:``): written by a rule of
 #: its own (``compare_section``), since a study without a ``compare:`` block has no such
 #: page, as the traces page is (``trace_section``); captioned by ``report/{name}.rst``.
-#: Its category ends with the baseline's label: "8. Compared with <label>".
+#: Its category ends with the baseline's label: "9. Compared with <label>".
 COMPARE_SECTION = "before_after"
-COMPARE_CATEGORY = "8. Compared with"
+COMPARE_CATEGORY = "9. Compared with"

@@ -22,6 +22,8 @@ Inputs (see docs/contracts.md):
 - ``predictions`` and ``prediction_check``: optional, ``results/predictions.csv`` and
   ``results/prediction_check.csv`` as DataFrames, and ``parity_svg``, the parity plot's
   SVG text: the model section (docs/model.md).
+- ``energy_svg``: optional, the energy roofline's SVG text (results/plots/
+  energy_roofline.svg): the energy section, with the runs' and ceilings' ``energy``.
 
 ``config["report"]["baseline_env"]`` names the env that speedups are computed
 against; by default the first configured env with successful runs.
@@ -40,6 +42,7 @@ from dnnroofline.report import SECTION_NAMES, section_file
 from dnnroofline.report.analysis import analysis_section
 from dnnroofline.report.complexity import complexity_section
 from dnnroofline.report.design import design_section
+from dnnroofline.report.energy import energy_section
 from dnnroofline.report.measurement import measurement_section
 from dnnroofline.report.perfmodel import perfmodel_section
 from dnnroofline.report.reproducibility import reproducibility_section
@@ -84,6 +87,9 @@ BUILDERS: dict[str, Callable[[dict], str]] = {
         i["lock"],
     ),
     "model": lambda i: perfmodel_section(i["predictions"], i["prediction_check"], i["parity_svg"]),
+    "energy": lambda i: energy_section(
+        i["metrics"], i["ceilings"], i["runs"], i["prediction_check"], i["energy_svg"]
+    ),
 }
 
 
@@ -103,11 +109,13 @@ def all_sections(
     prediction_check: pd.DataFrame | None = None,
     parity_svg: str | None = None,
     cluster_attempts: pd.DataFrame | None = None,
+    energy_svg: str | None = None,
 ) -> dict[str, str]:
     """``{filename: html}`` for the report sections (``runs``: run JSONs, optional;
     ``benchmarks``: Snakemake benchmark records, optional; ``lock``: requirements.lock's
     pins, optional; ``predictions``, ``prediction_check`` and ``parity_svg``: the model's
-    files, optional; ``cluster_attempts``: results/cluster_attempts.csv, on Slurm)."""
+    files, optional; ``cluster_attempts``: results/cluster_attempts.csv, on Slurm;
+    ``energy_svg``: the energy roofline, optional)."""
     inputs = {
         "config": config,
         "metrics": metrics,
@@ -124,5 +132,6 @@ def all_sections(
         "prediction_check": prediction_check,
         "parity_svg": parity_svg,
         "cluster_attempts": cluster_attempts,
+        "energy_svg": energy_svg,
     }
     return {section_file(name): BUILDERS[name](inputs) for name in SECTION_NAMES}

@@ -290,11 +290,12 @@ class Targets:
         return files
 
     def plot_files(self) -> list[str]:
-        """The static rooflines (per env and all), the throughput plot, the interactive
-        rooflines (self-contained HTML)."""
+        """The static rooflines (per env and all), the energy roofline, the throughput plot,
+        the interactive rooflines (self-contained HTML)."""
         files = []
         for name in [f"roofline_{env}" for env in self.reported_envs()] + [
             "roofline_all",
+            "energy_roofline",
             "throughput",
         ]:
             files += both_formats(f"{PLOTS_DIR}/{name}")
