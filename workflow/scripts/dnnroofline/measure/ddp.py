@@ -39,6 +39,7 @@ from typing import Any
 
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
+from dnnroofline.measure.energy import merge_rank_energy
 from dnnroofline.processes import die_with_parent, ignore_signals, kill_group, signals_exit
 
 #: Exit status of a rank whose run failed after it wrote its record.
@@ -62,6 +63,7 @@ _RANK_KEYS = (
     "device_name",
     "start_time",
     "end_time",
+    "energy",
 )
 
 
@@ -189,7 +191,8 @@ def merge_records(
     record or None. All ok: the slowest rank (largest median step) gives the step
     statistics and images/s = nproc x batch / its median step; the warm-up figures
     are the largest of any rank, ``max_rss_bytes`` the sum over ranks (the job's
-    footprint) and ``peak_device_memory_bytes`` the largest (one device per rank).
+    footprint) and ``peak_device_memory_bytes`` the largest (one device per rank);
+    ``energy`` is every rank's (:func:`dnnroofline.measure.energy.merge_rank_energy`).
     ``rank_keys``: more keys of the ranks' records that each rank entry keeps.
     """
     nproc = len(parts)
@@ -215,6 +218,7 @@ def merge_records(
     slowest = max(range(nproc), key=lambda i: medians[i])
     top = ok[slowest]
     batch = int(base["config"]["batch_size"])
+    iters = int(base["config"].get("iters") or 0)
 
     def largest(key: str) -> float | None:
         values = [p.get(key) for p in ok if p.get(key) is not None]
@@ -241,6 +245,7 @@ def merge_records(
         first_step_s=largest("first_step_s"),
         peak_device_memory_bytes=largest("peak_device_memory_bytes"),
         max_rss_bytes=sum(rss) if all(r is not None for r in rss) else None,
+        energy=merge_rank_energy([p.get("energy") for p in ok], iters, nproc * iters * batch),
     )
     for key in ("torch", "torchvision", "cuda", "cudnn", "gpu_clocks"):
         if key in ok[0]:

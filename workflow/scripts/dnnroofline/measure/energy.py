@@ -15,19 +15,31 @@ the short spikes of a training step):
   root only: where it is not readable the run says so and goes on.
 
 ``nvml`` is the pynvml module or anything with its functions, ``powercap_root`` the
-sysfs folder: tests pass fakes. :func:`energy_record` is pure.
+sysfs folder: tests pass fakes. Without ``powercap_root``, :func:`energy_meter` reads the
+environment variable ``DNNROOFLINE_POWERCAP_ROOT`` where it is set (a copy or a fake of
+the sysfs tree; the tests point it at one), else ``/sys/class/powercap``.
+
+A timed run's ``energy`` record (docs/contracts.md) is the meter's, completed by
+:func:`run_energy` (per step, per image, the GPU's peak power and clocks); a data-parallel
+run's merges its ranks' by :func:`merge_rank_energy`. :func:`energy_record`,
+:func:`run_energy` and :func:`merge_rank_energy` are pure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dnnroofline.io import dig
+
 POWERCAP_ROOT = "/sys/class/powercap"
+#: Environment variable naming another powercap root (a fake sysfs tree in tests).
+POWERCAP_ENV = "DNNROOFLINE_POWERCAP_ROOT"
 #: RAPL zones whose joules are the CPU's (the rest overlap them).
 RAPL_COUNTED = ("package", "dram")
 NVML_COUNTER = "nvmlDeviceGetTotalEnergyConsumption"
@@ -101,11 +113,15 @@ def rapl_zones(root: str = POWERCAP_ROOT) -> tuple[list[RaplZone], str | None]:
     if not os.path.isdir(root):
         return [], f"{root} does not exist (no powercap driver: no RAPL energy counters)"
     zones: list[RaplZone] = []
+    seen: set[str] = set()
     for dirpath, dirnames, _files in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if d.startswith("intel-rapl:"))
         base = os.path.basename(dirpath)
-        if not base.startswith("intel-rapl:"):
+        # sysfs lists a subzone twice: in its package's folder and as a link in the root
+        real = os.path.realpath(dirpath)
+        if not base.startswith("intel-rapl:") or real in seen:
             continue
+        seen.add(real)
         name = _read_text(os.path.join(dirpath, "name")) or ""
         if _counted(name):
             top = base.count(":") == 1
@@ -244,12 +260,103 @@ class UnavailableMeter:
         return unavailable(self.error)
 
 
+EnergyMeter = NvmlEnergyMeter | RaplMeter | UnavailableMeter
+
+
 def energy_meter(
-    backend: str, index: int = 0, *, nvml: Any = None, powercap_root: str = POWERCAP_ROOT
-) -> NvmlEnergyMeter | RaplMeter | UnavailableMeter:
-    """The meter of a backend: NVML on ``cuda``, RAPL on ``cpu``, none elsewhere."""
+    backend: str, index: int = 0, *, nvml: Any = None, powercap_root: str | None = None
+) -> EnergyMeter:
+    """The meter of a backend: NVML on ``cuda``, RAPL on ``cpu``, none elsewhere.
+    ``powercap_root`` defaults to ``$DNNROOFLINE_POWERCAP_ROOT``, else /sys/class/powercap."""
     if backend == "cuda":
         return NvmlEnergyMeter(index, nvml)
     if backend == "cpu":
-        return RaplMeter(powercap_root)
+        return RaplMeter(powercap_root or os.environ.get(POWERCAP_ENV) or POWERCAP_ROOT)
     return UnavailableMeter(f"no energy counter is read on backend {backend!r}")
+
+
+# --------------------------------------------------------------------------- a run's record
+
+#: The keys of a run's ``energy`` record besides available, reason and source.
+RUN_ENERGY_NUMBERS = (
+    "counter",
+    "joules",
+    "seconds",
+    "mean_power_w",
+    "domains",
+    "joules_per_step",
+    "joules_per_image",
+    "peak_power_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
+_TELEMETRY = {
+    "peak_power_w": ("power_w", "max"),
+    "sm_clock_mhz": ("sm_mhz", "median"),
+    "mem_clock_mhz": ("mem_mhz", "median"),
+}
+
+
+def _telemetry_figures(telemetry: Mapping | None) -> dict:
+    """The GPU's peak power and median clocks over the timed steps (NVML's sampler)."""
+    if not telemetry or not telemetry.get("available"):
+        return dict.fromkeys(_TELEMETRY)
+    return {key: dig(telemetry, *path) for key, path in _TELEMETRY.items()}
+
+
+def run_energy(
+    energy: Mapping | None, telemetry: Mapping | None, steps: int, images: int
+) -> dict | None:
+    """A timed run's ``energy`` record: the meter's record over ``steps`` timed steps of
+    ``images`` images in all, with joules per step and per image, and from the GPU's
+    ``gpu_telemetry`` (when sampled) its peak power and median clocks. An unavailable
+    record keeps its reason, every number null; None stays None (nothing timed)."""
+    if energy is None:
+        return None
+    if not energy.get("available"):
+        base = unavailable(energy.get("reason") or "no reason given", energy.get("source"))
+        return {**dict.fromkeys(RUN_ENERGY_NUMBERS), **base}
+    return {**energy, **per_work(energy, steps, images), **_telemetry_figures(telemetry)}
+
+
+def _all_or_none(values: Sequence[Any], how: Callable[[list], Any]) -> Any:
+    return how(list(values)) if values and all(v is not None for v in values) else None
+
+
+def merge_rank_energy(parts: Sequence[Mapping | None], steps: int, images: int) -> dict | None:
+    """The ``energy`` record of a data-parallel run from its ranks' (:func:`run_energy`)
+    records: ``steps`` timed steps of ``images`` images over all ranks.
+
+    NVML: one GPU per rank, so the joules are the sum over ranks (over the longest
+    rank's seconds), the peak power the sum of the GPUs' peaks (a bound: the peaks need
+    not coincide) and the clocks the median of the ranks'. RAPL: see below. A rank
+    without a record or with an unavailable one makes the run's unavailable, naming it.
+    """
+    if all(p is None for p in parts):
+        return None
+    for rank, part in enumerate(parts):
+        if part is None:
+            return run_energy(unavailable(f"rank {rank} recorded no energy"), None, 0, 0)
+        if not part.get("available"):
+            why = unavailable(f"rank {rank}: {part.get('reason')}", part.get("source"))
+            return run_energy(why, None, 0, 0)
+    sources = sorted({str(p.get("source")) for p in parts})
+    if len(sources) != 1:
+        return run_energy(unavailable(f"the ranks read different counters: {sources}"), None, 0, 0)
+    if sources[0] == "rapl":
+        # RAPL's counters are the machine's, not a process's: every rank read all the
+        # packages over windows that overlap (the ranks start at one barrier), so the
+        # job's joules are the largest reading, not the sum (which counts them N times)
+        top = max(parts, key=lambda p: p["joules"])
+        merged = energy_record(
+            "rapl", top["counter"], top["joules"], top["seconds"], top["domains"]
+        )
+        return run_energy(merged, None, steps, images)
+    joules = sum(p["joules"] for p in parts)
+    seconds = max(p["seconds"] for p in parts)
+    merged = energy_record(sources[0], parts[0]["counter"], joules, seconds)
+    record = {**merged, **per_work(merged, steps, images)}
+    record["peak_power_w"] = _all_or_none([p.get("peak_power_w") for p in parts], sum)
+    for key in ("sm_clock_mhz", "mem_clock_mhz"):
+        record[key] = _all_or_none([p.get(key) for p in parts], statistics.median)
+    return record

@@ -156,6 +156,7 @@ def new_record(resolved: Resolved) -> dict[str, Any]:
         "dataset_images": None,
         "grad_scaler": None,
         "gpu_telemetry": None,
+        "energy": None,
         "ranks": None,
     }
 
@@ -214,6 +215,7 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
         "data_wait_s": None,
         "compute_s": None,
         "images_per_s": None,
+        "energy": None,
         "traceback": traceback.format_exc(limit=8)[-MAX_MESSAGE:],
     }
 

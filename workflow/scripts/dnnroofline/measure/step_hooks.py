@@ -3,8 +3,8 @@
 Each takes the ``before``/``after`` hooks so far and returns them wrapped, so that the
 driver (:func:`dnnroofline.measure.train.timed_loop`) composes them: the profiler range
 of the one step ncu profiles, the GradScaler's scale read outside the region (and what
-it means, :func:`grad_scaler_record`), the NVML sampler over exactly the timed steps,
-and the ranks of a data-parallel run starting together. Torch is imported lazily.
+it means, :func:`grad_scaler_record`), the NVML sampler and the energy meter over exactly
+the timed steps, and the ranks of a data-parallel run starting together. Torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dnnroofline.measure.energy import EnergyMeter
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 
 
@@ -83,6 +84,29 @@ def with_sampler(
 
     def stop() -> None:
         record["gpu_telemetry"] = sampler.stop()
+        if after is not None:
+            after()
+
+    return start, stop
+
+
+def with_energy(
+    meter: EnergyMeter,
+    before: Callable[[], None] | None,
+    after: Callable[[], None] | None,
+    record: dict[str, Any],
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Wrap the timed region's hooks so that the energy meter reads its counter right
+    after ``before`` and right before ``after``: the joules of exactly the timed steps
+    (the final synchronize included); the meter's record lands in ``record["energy"]``."""
+
+    def start() -> None:
+        if before is not None:
+            before()
+        meter.start()
+
+    def stop() -> None:
+        record["energy"] = meter.stop()
         if after is not None:
             after()
 

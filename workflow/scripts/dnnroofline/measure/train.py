@@ -36,6 +36,7 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.io import write_json_atomic
 from dnnroofline.measure import contention, ddp
+from dnnroofline.measure.energy import energy_meter, run_energy
 from dnnroofline.measure.envinfo import cpu_model
 from dnnroofline.measure.nvml_sampler import NvmlSampler
 from dnnroofline.measure.run_record import (
@@ -51,6 +52,7 @@ from dnnroofline.measure.step_hooks import (
     barrier_first,
     grad_scaler_record,
     profile_hooks,
+    with_energy,
     with_sampler,
     with_scale_probe,
 )
@@ -520,12 +522,14 @@ def _time_steps(
     setup: Setup, record: dict[str, Any], say: ProgressFn, instrument: Instrument | None
 ) -> None:
     """Warm up and time the built run, with its hooks (profiler range, trace, GradScaler
-    probe, NVML sampler, rank barrier); fill the record's results."""
+    probe, NVML sampler, energy meter, rank barrier); fill the record's results."""
     import torch
 
     resolved = setup.resolved
     cfg = resolved.cfg
     iters = 1 if cfg.profile_step else cfg.iters
+    timed = not cfg.profile_step and instrument is None  # steps whose time is reported
+    index = torch.device(resolved.device).index or 0
     # ncu profiles rank 0: only it opens the profiler range
     profiled = cfg.profile_step and not cfg.rank
     before, after = profile_hooks(resolved.backend) if profiled else (None, None)
@@ -534,15 +538,21 @@ def _time_steps(
     probe: dict[str, float] = {}
     if setup.scaler is not None:
         before, after = with_scale_probe(setup.scaler, before, after, probe)
-    if resolved.backend == "cuda" and not cfg.profile_step and instrument is None:
-        sampler = NvmlSampler(torch.device(resolved.device).index or 0)
-        before, after = with_sampler(sampler, before, after, record)
+    if resolved.backend == "cuda" and timed:
+        before, after = with_sampler(NvmlSampler(index), before, after, record)
+    if timed:  # inside the sampler's window: the joules of the timed steps alone
+        meter = energy_meter(resolved.backend, index)
+        before, after = with_energy(meter, before, after, record)
     if cfg.nproc > 1:
         before = barrier_first(before)
     times = timed_loop(setup, cfg.warmup_iters, iters, say, before, after)
     if setup.scaler is not None:
         record["grad_scaler"] = grad_scaler_record(
             probe["before"], probe["after"], iters, cfg.profile_step
+        )
+    if timed:  # this process's steps and images (ddp.merge_records counts every rank's)
+        record["energy"] = run_energy(
+            record["energy"], record.get("gpu_telemetry"), iters, iters * cfg.batch_size
         )
     record.update(timing_fields(times, cfg.batch_size))
     record.update(peak_memory_fields(resolved))
