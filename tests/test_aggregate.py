@@ -167,6 +167,58 @@ def test_failed_run_timings_forced_to_nan_even_if_present():
     assert df.loc[0, "wall_s"] == 2.5  # how long it ran before failing is kept
 
 
+ENERGY = {
+    "available": True,
+    "reason": None,
+    "source": "nvml",
+    "joules": 120.0,
+    "seconds": 0.2,
+    "mean_power_w": 600.0,
+    "joules_per_step": 40.0,
+    "joules_per_image": 2.5,
+    "peak_power_w": 690.0,
+}
+
+
+def test_metrics_carry_the_runs_energy_its_source_and_why_not():
+    measured = make_run("local", "resnet18", "fp32", 16, 1)
+    measured["energy"] = ENERGY
+    off = make_run("local", "resnet18", "fp32", 16, 2)
+    off["energy"] = {"available": False, "reason": "no powercap", "source": None, "joules": None}
+    before = make_run("local", "resnet18", "fp32", 16, 3)  # recorded before energy was
+    failed = make_run("local", "resnet18", "fp32", 16, 4)
+    failed.update(status="error", message="boom", energy=ENERGY)
+    df = metrics_frame([measured, off, before, failed]).set_index("run")
+    energy_cols = ["joules_per_step", "joules_per_image", "mean_power_w", "peak_power_w"]
+    assert (
+        METRICS_COLUMNS.index("joules_per_step") == METRICS_COLUMNS.index("data_wait_median_s") + 1
+    )
+    assert list(df.loc[1, energy_cols]) == [40.0, 2.5, 600.0, 690.0]
+    assert list(df["energy_source"]) == ["nvml", "unavailable", "", "nvml"]
+    for run in (2, 3, 4):  # unavailable, not recorded, failed: NaN
+        assert df.loc[run, energy_cols].isna().all()
+    assert df[energy_cols].dtypes.eq("float64").all()
+
+
+@pytest.mark.parametrize(
+    ("energy", "pattern"),
+    [
+        ([1.0], r"run #0: energy must be an object or null"),
+        ({"available": "yes"}, r"run #0: energy\.available must be true or false"),
+        ({"available": True, "source": None}, r"run #0: energy\.source must name the counter"),
+        (
+            dict(ENERGY, joules_per_image="2.5"),
+            r"run #0: energy\.joules_per_image must be a number",
+        ),
+    ],
+)
+def test_bad_energy_names_the_key(energy, pattern):
+    run = make_run("local", "resnet18", "fp32", 16, 1)
+    run["energy"] = energy
+    with pytest.raises(InputError, match=pattern):
+        metrics_frame([run])
+
+
 def test_metrics_sorted_by_env_model_precision_batch_run():
     runs = [
         make_run("local", "resnet18", "fp32", 16, 1),

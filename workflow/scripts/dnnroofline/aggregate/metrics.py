@@ -3,7 +3,7 @@
 No file I/O here: callers load JSON and pass dicts in.
 
 ``metrics_frame`` builds ``results/metrics.csv``: one row per run, failed runs
-included (their status and message, NaN step timings and throughput).
+included (their status and message, NaN step timings, throughput and energy).
 ``group_summary`` gathers the runs of one (env, model, precision, batch): run counts and
 timing statistics over the ok runs, the timing of a roofline point
 (:mod:`dnnroofline.aggregate.points` places it).
@@ -47,6 +47,11 @@ METRICS_COLUMNS = [
     "step_p95_s",
     "step_cv",
     "data_wait_median_s",
+    "joules_per_step",
+    "joules_per_image",
+    "mean_power_w",
+    "peak_power_w",
+    "energy_source",
     "contention_cpus",
     "wall_s",
     "user_s",
@@ -57,6 +62,8 @@ METRICS_COLUMNS = [
     "start_time",
     "end_time",
 ]
+#: The run's ``energy`` record's figures (docs/contracts.md).
+ENERGY_COLUMNS = ["joules_per_step", "joules_per_image", "mean_power_w", "peak_power_w"]
 #: Performance figures forced to NaN for a failed run, whatever the JSON holds.
 _RUN_PERF_COLUMNS = [
     "images_per_s",
@@ -65,6 +72,7 @@ _RUN_PERF_COLUMNS = [
     "step_p95_s",
     "step_cv",
     "data_wait_median_s",
+    *ENERGY_COLUMNS,
     "contention_cpus",
 ]
 _METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
@@ -87,6 +95,7 @@ METRICS_DTYPES = {
     "status": "str",
     "message": "str",
     "device": "str",
+    "energy_source": "str",
 }
 
 _RUN_SUFFIX = re.compile(r"_run(\d+)$")
@@ -166,6 +175,7 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         "data_wait_median_s": _num(
             dig(run, "data_wait_s", "median"), f"{where}: data_wait_s.median"
         ),
+        **_energy_fields(run, where),
         "contention_cpus": _contention_cpus(run, where),
     }
     # rss_before_model_bytes: the runtime's RSS before the model was built (null in runs
@@ -198,6 +208,28 @@ def _contention_cpus(run: Mapping, where: str) -> float:
     others = _num(dig(run, *key, "other_processes_cpus"), f"{where}: other_processes_cpus")
     steal = _num(dig(run, *key, "steal_cpus"), f"{where}: steal_cpus")
     return others + (0.0 if math.isnan(steal) else steal)
+
+
+def _energy_fields(run: Mapping, where: str) -> dict:
+    """The run's joules per step and per image, mean and peak power, and their source:
+    the counter's ("nvml", "rapl"), "unavailable" where the run could not read one, ""
+    where it recorded none (runs from before energy was, and runs that timed nothing)."""
+    nan = dict.fromkeys(ENERGY_COLUMNS, math.nan)
+    energy = run.get("energy")
+    if energy is None:
+        return {**nan, "energy_source": ""}
+    if not isinstance(energy, Mapping):
+        raise InputError(f"{where}: energy must be an object or null, got {energy!r}")
+    available = energy.get("available")
+    if not isinstance(available, bool):
+        raise InputError(f"{where}: energy.available must be true or false, got {available!r}")
+    if not available:
+        return {**nan, "energy_source": "unavailable"}
+    source = energy.get("source")
+    if not isinstance(source, str) or not source:
+        raise InputError(f"{where}: energy.source must name the counter, got {source!r}")
+    figures = {key: _num(energy.get(key), f"{where}: energy.{key}") for key in ENERGY_COLUMNS}
+    return {**figures, "energy_source": source}
 
 
 def _nproc(value: object, where: str) -> int:
