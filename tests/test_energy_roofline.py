@@ -49,7 +49,11 @@ def test_a_cost_fitted_to_zero_draws_no_roof():
     costs = energy_costs("gpu", ceil)
     assert costs.compute_roof("fp32") is None
     assert costs.combined("fp32", 10.0) == pytest.approx(1e12)  # the memory roof alone
-    ceil["energy"]["costs"] = {"pj_per_flop": {"fp32": 0.0}, "pj_per_byte": 0.0}
+    ceil["energy"]["costs"] = {
+        "pj_per_flop": {"fp32": 0.0},
+        "pj_per_byte": 0.0,
+        "static_power_w": 0,
+    }
     assert energy_costs("gpu", ceil) is None
 
 

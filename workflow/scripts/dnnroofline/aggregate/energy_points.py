@@ -14,14 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from dnnroofline.aggregate.metrics import GROUP_KEYS
 from dnnroofline.aggregate.points import plottable_points
-from dnnroofline.formatting import positive_number
-
-PJ = 1e-12  # joules per picojoule
+from dnnroofline.perfmodel.energy import EnergyCosts, costs_from_ceilings
 
 ENERGY_POINT_COLUMNS = [
     *GROUP_KEYS,
@@ -33,55 +30,15 @@ ENERGY_POINT_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class EnergyCosts:
-    """An env's fitted costs, in joules: per FLOP of each precision and per DRAM byte."""
-
-    env: str
-    eps_flop: dict[str, float]
-    eps_mem: float | None
-    static_power_w: float | None
-
-    def compute_roof(self, precision: str) -> float | None:
-        """The compute-energy roof 1/eps_flop (FLOP/J); None where the fit gave no cost."""
-        eps = self.eps_flop.get(precision)
-        return 1.0 / eps if eps else None
-
-    def memory_roof(self, ai: float | np.ndarray) -> float | np.ndarray | None:
-        """The memory-energy roof AI/eps_mem (FLOP/J); None where the fit gave no cost."""
-        return np.asarray(ai, dtype=float) / self.eps_mem if self.eps_mem else None
-
-    def combined(self, precision: str, ai: float | np.ndarray) -> np.ndarray:
-        """Choi's 1/(eps_flop + eps_mem/AI): FLOP/J at ``ai`` paying for both."""
-        ai = np.asarray(ai, dtype=float)
-        eps = (self.eps_flop.get(precision) or 0.0) + (self.eps_mem or 0.0) / ai
-        with np.errstate(divide="ignore"):
-            return np.where(eps > 0, 1.0 / eps, np.inf)
-
-    def balance(self, precision: str) -> float | None:
-        """The AI where the two roofs meet (eps_mem/eps_flop, FLOP/B): the energy ridge."""
-        eps = self.eps_flop.get(precision)
-        return self.eps_mem / eps if eps and self.eps_mem else None
-
-
 def energy_costs(env: str, ceil: Mapping | None) -> EnergyCosts | None:
-    """The costs of ``ceil["energy"]["costs"]`` in joules, None where there are none.
-
-    A cost the fit set to zero (non-negative least squares can) is kept out: its roof
-    would sit at infinity."""
-    energy = (ceil or {}).get("energy")
-    costs = energy.get("costs") if isinstance(energy, Mapping) and energy.get("available") else None
-    if not isinstance(costs, Mapping):
+    """The env's fitted costs (:func:`dnnroofline.perfmodel.energy.costs_from_ceilings`),
+    None where there are none or the fit set every cost to zero (no roof to draw)."""
+    if ceil is None:
         return None
-    per_flop = costs.get("pj_per_flop") if isinstance(costs.get("pj_per_flop"), Mapping) else {}
-    eps_flop = {
-        str(p): v * PJ for p, pj in per_flop.items() if (v := positive_number(pj)) is not None
-    }
-    pj_byte = positive_number(costs.get("pj_per_byte"))
-    eps_mem = pj_byte * PJ if pj_byte is not None else None
-    if not eps_flop and eps_mem is None:
+    costs = costs_from_ceilings(ceil, f"ceilings of env {env}")[0]
+    if costs is None or not (any(costs.joules_per_flop.values()) or costs.joules_per_byte):
         return None
-    return EnergyCosts(env, eps_flop, eps_mem, positive_number(costs.get("static_power_w")))
+    return costs
 
 
 def ceilings_reason(ceil: Mapping | None) -> str | None:

@@ -1,4 +1,4 @@
-"""The energy of a predicted training step, from the ceilings' fitted energy costs.
+"""An env's energy costs (its ceilings' fit) and the energy of a predicted training step.
 
 Choi et al. (2013), "A roofline model of energy": a step's joules are its FLOPs times
 the energy per FLOP of the precision each op computes in, plus the bytes it moves times
@@ -6,7 +6,9 @@ the energy per DRAM byte, plus the machine's constant power over the step's time
 costs (``energy.costs`` of ``ceilings.json``: pJ/FLOP per precision, pJ/B, static W)
 come from the env's own microbenchmarks (:mod:`dnnroofline.measure.energy_costs`); the
 FLOPs and bytes per op from the step's op inventory; the time from the model's predicted
-step. No measured run of the point is an input.
+step. No measured run of the point is an input. The same costs are the energy roofline's
+roofs (:meth:`EnergyCosts.compute_roof`, :meth:`EnergyCosts.memory_roof`,
+:meth:`EnergyCosts.combined`).
 
 Pure arithmetic, no I/O.
 """
@@ -16,6 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from dnnroofline.errors import InputError
 from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS
@@ -35,6 +40,30 @@ class EnergyCosts:
     joules_per_byte: float
     static_power_w: float
     source: str = ""
+
+    def compute_roof(self, precision: str) -> float | None:
+        """The compute-energy roof 1/eps_flop (FLOP/J); None where the fit gave no cost
+        (a roof at infinity)."""
+        eps = self.joules_per_flop.get(precision)
+        return 1.0 / eps if eps else None
+
+    def memory_roof(self, ai: ArrayLike) -> np.ndarray | None:
+        """The memory-energy roof AI/eps_mem (FLOP/J); None where the fit gave no cost."""
+        return np.asarray(ai, dtype=float) / self.joules_per_byte if self.joules_per_byte else None
+
+    def combined(self, precision: str, ai: ArrayLike) -> np.ndarray:
+        """Choi's 1/(eps_flop + eps_mem/AI): the FLOP/J of a kernel at ``ai`` paying for
+        both its FLOPs and its bytes."""
+        eps = self.joules_per_flop.get(precision, 0.0) + self.joules_per_byte / np.asarray(
+            ai, dtype=float
+        )
+        with np.errstate(divide="ignore"):
+            return np.where(eps > 0, 1.0 / eps, np.inf)
+
+    def balance(self, precision: str) -> float | None:
+        """The AI where the two roofs meet, eps_mem/eps_flop (FLOP/B): the energy ridge."""
+        eps = self.joules_per_flop.get(precision)
+        return self.joules_per_byte / eps if eps and self.joules_per_byte else None
 
     def flop_cost(self, dtype: str, op_class: str, precision: str) -> tuple[float, str]:
         """(joules per FLOP, the precision it is of) for one op of the step: the

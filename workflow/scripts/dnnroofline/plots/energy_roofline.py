@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 
 from dnnroofline.aggregate.energy_points import EnvEnergy, env_energy, point_energy
 from dnnroofline.formatting import sig
+from dnnroofline.perfmodel.energy import EnergyCosts
 from dnnroofline.plots.figure import (
     SVG_RC,
     artist_gid,
@@ -63,8 +64,9 @@ def energy_roofline_data(
     for e in envs:
         if e.costs is None:
             continue
-        slope = 1.0 / e.costs.eps_mem if e.costs.eps_mem else np.nan
-        for prec in sorted(e.costs.eps_flop) or [None]:
+        per_byte = e.costs.joules_per_byte
+        slope = 1.0 / per_byte if per_byte else np.nan
+        for prec in _costed_precisions(e.costs) or [None]:
             compute = e.costs.compute_roof(prec) if prec else None
             ridge = e.costs.balance(prec) if prec else None
             roofs.append(
@@ -90,6 +92,11 @@ def energy_roofline_data(
     }
 
 
+def _costed_precisions(costs: EnergyCosts) -> list[str]:
+    """The precisions with a compute-energy roof (a cost the fit set to zero has none)."""
+    return sorted(p for p, eps in costs.joules_per_flop.items() if eps > 0)
+
+
 def _limits(data: dict):
     """Decades that hold the points, the roofs and where they meet."""
     pts, roofs = data["points"], data["roofs"]
@@ -109,7 +116,7 @@ def _draw_env_roofs(ax, e: EnvEnergy, linestyle: str) -> list[Line2D]:
     costs, (xlo, xhi) = e.costs, ax.get_xlim()
     ais = np.geomspace(xlo, xhi, CURVE_SAMPLES)
     items = []
-    if costs.eps_mem:
+    if costs.joules_per_byte:
         ax.plot(
             ais,
             costs.memory_roof(ais),
@@ -126,10 +133,10 @@ def _draw_env_roofs(ax, e: EnvEnergy, linestyle: str) -> list[Line2D]:
                 color="0.35",
                 linestyle=linestyle,
                 linewidth=0.9,
-                label=f"{e.env} DRAM: {sig(costs.eps_mem / 1e-12)} pJ/B",
+                label=f"{e.env} DRAM: {sig(costs.joules_per_byte / 1e-12)} pJ/B",
             )
         )
-    for prec in sorted(costs.eps_flop):
+    for prec in _costed_precisions(costs):
         color = precision_color(prec)
         roof = costs.compute_roof(prec)
         ax.plot(
@@ -151,7 +158,7 @@ def _draw_env_roofs(ax, e: EnvEnergy, linestyle: str) -> list[Line2D]:
             gid=artist_gid("energy-combined", e.env, prec),
             zorder=3,
         )
-        pj = sig(costs.eps_flop[prec] / 1e-12)
+        pj = sig(costs.joules_per_flop[prec] / 1e-12)
         items.append(
             Line2D(
                 [],
@@ -286,7 +293,9 @@ def plot_energy_roofline(
             ax = log_axes(fig, title, AXIS_Y, *_limits(data))
             roof_items = [i for e in costed for i in _draw_env_roofs(ax, e, env_ls[e.env])]
             _draw_points(ax, pts, env_fill, model_marker)
-            precs = sorted({p for e in costed for p in e.costs.eps_flop} | set(pts["precision"]))
+            precs = sorted(
+                {p for e in costed for p in _costed_precisions(e.costs)} | set(pts["precision"])
+            )
             _legend(ax, roof_items, model_marker, precs, env_fill)
             if notes := left_out(envs, pts):
                 ax.text(
