@@ -23,7 +23,16 @@ from dnnroofline.study import defaults, identity
 
 # The ledgers' columns are defined once, where they are written.
 METRIC_COLUMNS = tuple(METRICS_COLUMNS)
-METRIC_TEXT = ("run_id", "env", "model", "precision", "status", "message", "device")
+METRIC_TEXT = (
+    "run_id",
+    "env",
+    "model",
+    "precision",
+    "status",
+    "message",
+    "device",
+    "energy_source",
+)
 
 POINT_COLUMNS = tuple(POINTS_COLUMNS)
 POINT_TEXT = (
