@@ -28,6 +28,39 @@ def stream_array_bytes(
     return int(want), why
 
 
+def device_array_bytes(
+    device: str,
+    *,
+    quick: bool = False,
+    llc_bytes: int | None = None,
+    ram_bytes: int | None = None,
+    free_device_bytes: int | None = None,
+) -> tuple[int, str]:
+    """Bytes per array of the memory kernels on ``device``, and why that size: on CPU
+    :func:`stream_array_bytes`; on CUDA 1 GiB (far larger than L2), at most an eighth of
+    the free device memory; on MPS 512 MiB."""
+    if device == "cpu":
+        return stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
+    if device == "cuda":
+        array_bytes = 64 * MiB if quick else 1024 * MiB
+        if free_device_bytes:
+            array_bytes = min(array_bytes, free_device_bytes // 8)
+        why = "device arrays far larger than L2" if not quick else "QUICK mode: 64 MiB arrays"
+        return array_bytes, why
+    return (16 * MiB, "QUICK mode") if quick else (512 * MiB, "512 MiB arrays")
+
+
+def stream_arrays(device: str, array_bytes: int, count: int) -> list:
+    """``count`` STREAM arrays of ``array_bytes`` each on ``device``: float64 (float32 on
+    MPS, which has no float64), the first zeros and the others 1.0, 2.0, ..., written
+    here so that their first touch stays outside any timing."""
+    import torch
+
+    dtype = torch.float64 if device != "mps" else torch.float32
+    n = max(1, array_bytes // torch.tensor([], dtype=dtype).element_size())
+    return [torch.full((n,), float(i), dtype=dtype, device=device) for i in range(count)]
+
+
 def bench_stream(
     device: str,
     array_bytes: int,
@@ -45,12 +78,8 @@ def bench_stream(
 
     from dnnroofline.stats import summarize
 
-    dtype = torch.float64 if device != "mps" else torch.float32  # MPS has no float64
-    item = torch.tensor([], dtype=dtype).element_size()
-    n = max(1, array_bytes // item)
-    a = torch.zeros(n, dtype=dtype, device=device)  # zeros: first touch outside the timing
-    b = torch.full((n,), 1.0, dtype=dtype, device=device)
-    c = torch.full((n,), 2.0, dtype=dtype, device=device)
+    a, b, c = stream_arrays(device, array_bytes, 3)
+    dtype, item, n = a.dtype, a.element_size(), a.numel()
     s = 3.0
     kernels = {
         "triad": (lambda: torch.add(b, c, alpha=s, out=a), 3 * n * item),
@@ -102,16 +131,13 @@ def measure_memory(
 ) -> list[dict]:
     """Measured memory roofs: STREAM triad, scale and copy (CPU, MPS; on CUDA the copy is
     the driver's device-to-device copy)."""
-    if device == "cpu":
-        array_bytes, why = stream_array_bytes(llc_bytes, ram_bytes, quick=quick)
-    elif device == "cuda":
-        array_bytes = 64 * MiB if quick else 1024 * MiB
-        if free_device_bytes:
-            array_bytes = min(array_bytes, free_device_bytes // 8)
-        why = "device arrays far larger than L2" if not quick else "QUICK mode: 64 MiB arrays"
-    else:
-        array_bytes = 16 * MiB if quick else 512 * MiB
-        why = "QUICK mode" if quick else "512 MiB arrays"
+    array_bytes, why = device_array_bytes(
+        device,
+        quick=quick,
+        llc_bytes=llc_bytes,
+        ram_bytes=ram_bytes,
+        free_device_bytes=free_device_bytes,
+    )
     gpu = device == "cuda" and not quick
     res = bench_stream(
         device,
