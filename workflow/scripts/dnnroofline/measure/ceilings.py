@@ -24,6 +24,12 @@ Datasheet roofs: GPUs from :mod:`dnnroofline.study.datasheet`; CPUs derived as c
 clock x FLOP/cycle (no datasheet memory roof for a CPU: its bandwidth depends on
 the DIMMs and channels populated, which the machine does not tell reliably).
 
+Energy (``energy``): where the machine has an energy counter (NVML on a GPU, RAPL on a
+CPU), an idle window, each precision's roof GEMM and the large copy are metered for a
+window each, and pJ per FLOP per precision, pJ per DRAM byte and the static power are
+fitted from them (:mod:`dnnroofline.measure.energy_kernels`); elsewhere the record says
+why not, and nothing runs.
+
 The pipeline picks a point's roof with :func:`dnnroofline.estimate.roofline.select_roof`
 (measured first, then datasheet) and refuses when there is none (never a guess).
 """
@@ -37,6 +43,8 @@ from collections.abc import Iterable, Mapping
 
 from dnnroofline.measure import contention
 from dnnroofline.measure.ceiling_kernels import measure_compute
+from dnnroofline.measure.energy import energy_meter
+from dnnroofline.measure.energy_kernels import QUICK_WINDOW_S, WINDOW_S, measure_energy
 from dnnroofline.measure.memory_kernels import measure_memory
 from dnnroofline.measure.perf_run import probe
 from dnnroofline.study.precisions import COMPUTE_DTYPE, require_known, support
@@ -262,6 +270,7 @@ def build_ceilings(
             threads=threads,
         )
     )
+    energy = ceilings_energy(dev, roofs, quick=quick, llc_bytes=cpu["llc_bytes"], facts=facts)
     # every precision the device runs, a failed GEMM's too: its runs still need a roof
     ds_roofs, ds_notes = datasheet_roofs(dev, device_name, measured_ok, cpu=cpu, threads=threads)
     roofs.extend(ds_roofs)
@@ -270,7 +279,7 @@ def build_ceilings(
     # CPU counters: probed once per env, recorded with the roofs
     perf_probe = probe(perf_executable) if dev == "cpu" else None
     other_load = contention.other_load(cpu0, contention.snapshot())
-    notes.extend(_closing_notes(perf_probe, quick, other_load, cpu["cores_logical"]))
+    notes.extend(_closing_notes(perf_probe, quick, other_load, cpu["cores_logical"], energy))
     return {
         "schema_version": 1,
         "env": env,
@@ -283,6 +292,7 @@ def build_ceilings(
         "quick": quick,
         "roofs": roofs,
         "perf": perf_probe,
+        "energy": energy,
         "skipped": skipped,
         "notes": notes,
         "other_load": other_load,
@@ -294,14 +304,45 @@ def build_ceilings(
     }
 
 
+def ceilings_energy(
+    device: str, roofs: list[dict], *, quick: bool, llc_bytes: int | None, facts: Mapping
+) -> dict:
+    """The ``energy`` record of the ceilings (:func:`dnnroofline.measure.energy_kernels.
+    measure_energy`): the GEMMs of the measured compute roofs in ``roofs`` and the copy,
+    metered by NVML on the ceilings' GPU (cuda) or RAPL (cpu); elsewhere unavailable."""
+    measured = [r for r in roofs if r["kind"] == "compute" and r["source"] == "measured"]
+    index = 0
+    if device == "cuda":
+        import torch
+
+        index = torch.cuda.current_device()
+    return measure_energy(
+        device,
+        [r["precision"] for r in measured],
+        measured,
+        lambda: energy_meter(device, index),
+        QUICK_WINDOW_S if quick else WINDOW_S,
+        quick=quick,
+        llc_bytes=llc_bytes,
+        ram_bytes=_ram_bytes(),
+        free_device_bytes=facts["free_bytes"],
+    )
+
+
 def _closing_notes(
-    perf_probe: dict | None, quick: bool, other_load: dict | None, logical_cpus: int | None
+    perf_probe: dict | None,
+    quick: bool,
+    other_load: dict | None,
+    logical_cpus: int | None,
+    energy: Mapping,
 ) -> list[str]:
-    """The notes on how far the roofs can be trusted: no perf counters, quick mode,
-    other processes busy meanwhile."""
+    """The notes on how far the roofs can be trusted: no perf counters, no energy costs,
+    quick mode, other processes busy meanwhile."""
     notes = []
     if perf_probe is not None and perf_probe["status"] != "ok":
         notes.append(f"perf counters unavailable: {perf_probe['reason']}")
+    if energy["costs"] is None:
+        notes.append(f"energy costs not fitted: {energy['costs_reason']}")
     if quick:
         notes.append("QUICK mode: tiny sizes for tests; these are not real ceilings")
     taken = contention.contended_cpus(other_load)
