@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnroofline.io import dig
+from dnnroofline.measure.nvml_sampler import NvmlUnavailable, open_device
 
 POWERCAP_ROOT = "/sys/class/powercap"
 #: Environment variable naming another powercap root (a fake sysfs tree in tests).
@@ -212,18 +213,14 @@ class NvmlEnergyMeter:
         return int(getattr(self.nvml, NVML_COUNTER)(self._handle))
 
     def start(self) -> bool:
-        if self.nvml is None:
-            try:
-                import pynvml  # nvidia-ml-py
-            except ImportError:
-                self.error = "pynvml (nvidia-ml-py) is not installed"
-                return False
-            self.nvml = pynvml
+        try:  # no NVML: the run goes on without energy
+            self.nvml, self._handle = open_device(self.nvml, self.index)
+        except NvmlUnavailable as exc:
+            self.error = str(exc)
+            return False
         try:
-            self.nvml.nvmlInit()
-            self._handle = self.nvml.nvmlDeviceGetHandleByIndex(self.index)
             self._before_mj = self._read_mj()
-        except Exception as exc:  # noqa: BLE001 - no counter (pre-Volta, no NVML): the run goes on
+        except Exception as exc:  # noqa: BLE001 - no counter (pre-Volta): the run goes on
             self.error = f"NVML {NVML_COUNTER}: {type(exc).__name__}: {exc}"
             self._before_mj = None
             return False

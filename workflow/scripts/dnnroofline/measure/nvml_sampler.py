@@ -99,6 +99,25 @@ def unavailable(reason: str) -> dict:
     return {"available": False, "reason": reason, "samples": 0, "throttled": None}
 
 
+class NvmlUnavailable(RuntimeError):
+    """NVML or the GPU asked for cannot be opened (the message says why)."""
+
+
+def open_device(nvml: Any, index: int) -> tuple[Any, Any]:
+    """(the NVML module, GPU ``index``'s handle) after ``nvmlInit``: ``nvml`` where given
+    (tests pass a fake), else pynvml. Raises :class:`NvmlUnavailable` with the reason."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            raise NvmlUnavailable("pynvml (nvidia-ml-py) is not installed") from None
+    try:
+        nvml.nvmlInit()
+        return nvml, nvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception as exc:  # noqa: BLE001 - any NVML failure is a reason, not a crash
+        raise NvmlUnavailable(f"NVML: {type(exc).__name__}: {exc}") from exc
+
+
 def _call(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
@@ -146,20 +165,12 @@ class NvmlSampler:
 
     def start(self) -> bool:
         """Open NVML and start sampling; False (with ``error`` set) when NVML is not there."""
-        if self.nvml is None:
-            try:
-                import pynvml  # nvidia-ml-py
-            except ImportError:
-                self.error = "pynvml (nvidia-ml-py) is not installed"
-                return False
-            self.nvml = pynvml
-        n = self.nvml
-        try:
-            n.nvmlInit()
-            self._handle = n.nvmlDeviceGetHandleByIndex(self.index)
-        except Exception as exc:  # noqa: BLE001 - no NVML: the run goes on without telemetry
-            self.error = f"NVML: {type(exc).__name__}: {exc}"
+        try:  # no NVML: the run goes on without telemetry
+            self.nvml, self._handle = open_device(self.nvml, self.index)
+        except NvmlUnavailable as exc:
+            self.error = str(exc)
             return False
+        n = self.nvml
         power_limit = _call(n.nvmlDeviceGetEnforcedPowerLimit, self._handle)
         self._limits = {
             "sm_max_mhz": _call(n.nvmlDeviceGetMaxClockInfo, self._handle, n.NVML_CLOCK_SM),
