@@ -6,7 +6,7 @@ One GEMM shape is not the machine's roof: on an H100 cuBLAS ran fp16 fastest at 
 convolution kernels ran at up to 756 TFLOP/s in ncu's replay
 (``examples/h100/results/h100/ceilings.json``, ``.../ncu/h100_resnet50_amp_bs256.json``).
 So every precision tries the same shapes (squares 2048-16384, transformer-like and
-convolution-like shapes) through both libraries, and the roof is the best of them
+convolution-like shapes, and long-K ones) through both libraries, and the roof is the best of them
 (:func:`dnnroofline.measure.ceiling_kernels.roof_candidate`). A GPU lowers its clocks at its power
 cap, so each candidate keeps the SM clock and power sampled during its timed repeats.
 
@@ -31,6 +31,10 @@ GPU_GEMM_SHAPES: tuple[tuple[str, int, int, int], ...] = (
     ("square", 8192, 8192, 8192),
     ("square", 16384, 16384, 16384),
     ("square MxN, deep K", 8192, 8192, 16384),
+    # long K: the epilogue and the tiles' start-up amortised over more of the main loop,
+    # as the GEMMs reported above the square-GEMM figures are
+    ("square MxN, long K", 8192, 8192, 32768),
+    ("square MxN, long K", 16384, 16384, 32768),
     ("transformer projection: 16384 tokens, d 4096", 16384, 4096, 4096),
     ("transformer MLP up: 16384 tokens, 4096 -> 16384", 16384, 16384, 4096),
     ("transformer MLP down: 16384 tokens, 16384 -> 4096", 16384, 4096, 16384),
