@@ -261,3 +261,15 @@ def test_summarize_study_prints_the_models_error_per_point(tmp_path):
     assert lines[start + 6] == (
         "MAPE over the points, images/s: model 13.0%, roofline_measured 166.7%"
     )
+    assert "joules per image" not in after.stdout  # no energy recorded: no energy line
+    # with J/image on two of the model's points (errors +10% and -30%)
+    check = make_check()
+    check["predicted_joules_per_image"] = [1.1, 0.7] + [float("nan")] * 4
+    check["measured_joules_per_image"] = [1.0, 1.0] + [float("nan")] * 4
+    check["joules_per_image_error_pct"] = [10.0, -30.0] + [float("nan")] * 4
+    check.to_csv(tmp_path / "prediction_check.csv", index=False)
+    energy = subprocess.run(args, capture_output=True, text=True)
+    assert energy.returncode == 0, energy.stderr
+    assert energy.stdout.splitlines()[start + 7] == (
+        "the model's joules per image: MAPE 20.0%, max |error| 30.0% over 2 points"
+    )

@@ -212,12 +212,20 @@ def model_error_lines(check: pd.DataFrame | None) -> list[str]:
     summary = sorted(check_summary(rows), key=lambda s: s["method"] != "model")  # model first
     step = ", ".join(f"{s['method']} {s['mape_pct']:.1f}%" for s in summary)
     ips = ", ".join(f"{s['method']} {signed_pct(s['images_per_s_mape_pct'], '')}" for s in summary)
+    energy = [
+        f"the model's joules per image: MAPE {s['joules_per_image_mape_pct']:.1f}%, max "
+        f"|error| {s['joules_per_image_max_abs_error_pct']:.1f}% over "
+        f"{s['joules_per_image_n']} points"
+        for s in summary
+        if s["method"] == "model" and s["joules_per_image_n"]
+    ]
     return [
         "the model's prediction of each point (step time and images/s; no point predicted "
         "from its own runs):",
         text_table(MODEL_HEADER, table),
         f"MAPE over the points, step time: {step}",
         f"MAPE over the points, images/s: {ips}",
+        *energy,
     ]
 
 
