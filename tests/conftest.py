@@ -5,9 +5,11 @@ import functools
 import os
 from pathlib import Path
 
+import fake_rapl
 import pytest
 from workflow_helpers import TINY, snakemake, write_config
 
+from dnnroofline.measure.energy import POWERCAP_ENV
 from dnnroofline.measure.measurement_lock import PATH_ENV
 
 
@@ -38,10 +40,14 @@ TINY_STUDY_FILES = {
 
 @pytest.fixture(scope="session")
 def tiny_study(tmp_path_factory):
-    """The tiny study run for real with --cores 2, then the report."""
+    """The tiny study run for real with --cores 2, then the report. Its runs and ceilings
+    read a fake RAPL package (tests/fake_rapl.py) whose joules follow the CPUs kept busy,
+    so that energy goes through every stage on hosts without one (the default study
+    records it unavailable there)."""
     workdir = tmp_path_factory.mktemp("tiny")
     write_config(workdir, TINY)
-    snakemake(workdir, "--cores", "2")
+    with fake_rapl.running(workdir / "powercap") as powercap:
+        snakemake(workdir, "--cores", "2", env_extra={POWERCAP_ENV: str(powercap)})
     snakemake(workdir, "--report", "results/report.html")
     return workdir
 

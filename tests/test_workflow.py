@@ -255,6 +255,45 @@ def test_tiny_study_end_to_end(tiny_study):
         assert re.search(rf"<td[^>]*>{stage}</td>\s*<td[^>]*>{jobs}</td>", cost), stage
 
 
+def test_tiny_study_records_fits_draws_and_predicts_energy(tiny_study):
+    """Energy through every stage (issue 40), on the fake RAPL package the tiny study
+    reads (conftest.py): the runs' joules, the ceilings' metered kernels and costs, the
+    energy roofline's points, the report's page, and J/image predicted and checked."""
+    results = tiny_study / "results"
+    iters, batch = TINY["study"]["iters"], TINY["study"]["batch_sizes"][0]
+    for path in sorted((results / "local" / "runs").glob("*.json")):
+        energy = json.loads(path.read_text())["energy"]
+        assert energy["available"] and energy["source"] == "rapl", (path.name, energy)
+        assert energy["counter"] == "powercap energy_uj: package-0"
+        assert energy["joules"] > 0 and energy["seconds"] > 0
+        assert energy["joules_per_image"] == pytest.approx(energy["joules"] / (iters * batch))
+    metrics = read_csv(results / "metrics.csv")
+    assert {r["energy_source"] for r in metrics} == {"rapl"}
+    assert all(float(r["joules_per_image"]) > 0 for r in metrics)
+    ceilings = json.loads((results / "local" / "ceilings.json").read_text())["energy"]
+    assert ceilings["available"] and ceilings["source"] == "rapl"
+    assert [k["kind"] for k in ceilings["kernels"]] == ["idle", "gemm", "copy"]
+    assert all(
+        k["joules"] > 0 and k["seconds"] >= ceilings["window_s"] for k in ceilings["kernels"]
+    )
+    costs = ceilings["costs"]
+    assert costs is not None, ceilings["costs_reason"]
+    assert set(costs["pj_per_flop"]) == {"fp32"} and costs["static_power_w"] > 0
+    svg = (results / "plots" / "energy_roofline.svg").read_text()
+    for model in TINY["study"]["models"]:
+        name = model if isinstance(model, str) else model["name"]
+        assert f'id="point-local-{name}-fp32-bs{batch}"' in svg
+    page = (results / "report_sections" / "energy.html").read_text()
+    assert "No energy data" not in page and "powercap energy_uj" in page
+    assert "energy.html" in (results / "report.html").read_text(errors="replace")
+    predicted = [p for p in read_csv(results / "predictions.csv") if p["kind"] == "measured"]
+    assert all(float(p["predicted_joules_per_image"]) > 0 for p in predicted)
+    model_rows = [r for r in read_csv(results / "prediction_check.csv") if r["method"] == "model"]
+    for r in model_rows:
+        assert float(r["measured_joules_per_image"]) > 0
+        assert math.isfinite(float(r["joules_per_image_error_pct"]))
+
+
 def test_rules_take_named_functions_not_lambdas():
     # the workflow catalog's style: per-job values come from named functions in common.smk
     for smk in sorted((ROOT / "rules").glob("*.smk")) + [ROOT / "Snakefile"]:
