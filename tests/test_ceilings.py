@@ -17,8 +17,8 @@ from dnnroofline.errors import InputError
 from dnnroofline.estimate import roofline
 from dnnroofline.measure import ceiling_kernels as ck
 from dnnroofline.measure import ceilings as cl
+from dnnroofline.measure import gemm_sweep, timer
 from dnnroofline.measure import memory_kernels as mk
-from dnnroofline.measure import timer
 from dnnroofline.study.config import CPU_FLAGS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -482,7 +482,8 @@ def test_a_gpus_roof_is_its_best_gemm_not_a_winograd_convolution(monkeypatch):
     roof = ck.measure_compute("cuda", "fp32")
     assert roof["value"] == best_gemm and roof["set_by"].startswith("torch.matmul 16384x")
     assert roof["method"].startswith(
-        "best of 4 GEMMs through torch.matmul (11 shapes x cuBLAS/cuBLASLt; 3 convolutions"
+        f"best of 4 GEMMs through torch.matmul ({len(gemm_sweep.GPU_GEMM_SHAPES)} shapes x "
+        "cuBLAS/cuBLASLt; 3 convolutions"
     )
     convs = [c for c in roof["candidates"] if c["kind"] == "conv"]
     assert len(convs) == 3 and not any(c["set_roof"] for c in convs)

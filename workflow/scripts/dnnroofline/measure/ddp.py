@@ -218,7 +218,7 @@ def merge_records(
     slowest = max(range(nproc), key=lambda i: medians[i])
     top = ok[slowest]
     batch = int(base["config"]["batch_size"])
-    iters = int(base["config"].get("iters") or 0)
+    steps = len(top["step_time_s"].get("all", ()))  # the timed steps each rank ran
 
     def largest(key: str) -> float | None:
         values = [p.get(key) for p in ok if p.get(key) is not None]
@@ -245,7 +245,7 @@ def merge_records(
         first_step_s=largest("first_step_s"),
         peak_device_memory_bytes=largest("peak_device_memory_bytes"),
         max_rss_bytes=sum(rss) if all(r is not None for r in rss) else None,
-        energy=merge_rank_energy([p.get("energy") for p in ok], iters, nproc * iters * batch),
+        energy=merge_rank_energy([p.get("energy") for p in ok], steps, nproc * steps * batch),
     )
     for key in ("torch", "torchvision", "cuda", "cudnn", "gpu_clocks"):
         if key in ok[0]:

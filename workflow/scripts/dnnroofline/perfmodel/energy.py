@@ -23,10 +23,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dnnroofline.errors import InputError
-from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS
+from dnnroofline.study.precisions import COMPUTE_DTYPE, PRECISIONS, dtype_precision
 
-#: An op's dtype (the inventory's) -> the precision whose energy per FLOP it pays.
-DTYPE_PRECISION = {"float16": "amp", "bfloat16": "bf16", "float32": "fp32"}
 #: Op classes whose float32 arithmetic runs on TF32 tensor cores in a tf32 step.
 TF32_CLASSES = frozenset({"gemm", "conv", "conv_depthwise"})
 
@@ -69,7 +67,7 @@ class EnergyCosts:
         """(joules per FLOP, the precision it is of) for one op of the step: the
         precision of its dtype (float32 matmuls and convolutions of a tf32 step: tf32),
         else the step's own precision where the ceilings have no cost for it."""
-        own = DTYPE_PRECISION.get(dtype, precision)
+        own = dtype_precision(dtype) or precision
         if own == "fp32" and precision == "tf32" and op_class in TF32_CLASSES:
             own = "tf32"
         for name in (own, COMPUTE_DTYPE.get(own, own), precision):

@@ -85,6 +85,13 @@ def torch_dtype(precision: str) -> str:
     return TORCH_DTYPE[COMPUTE_DTYPE[require_known(precision)]]
 
 
+def dtype_precision(dtype: str) -> str | None:
+    """The precision an op computing in torch dtype ``dtype`` (by name) runs at: the
+    first of :data:`PRECISIONS` whose GEMMs take that dtype (float32: fp32, not tf32);
+    None for a dtype no precision computes in."""
+    return next((p for p in PRECISIONS if torch_dtype(p) == dtype), None)
+
+
 def operand_bytes(precision: str) -> int:
     """Bytes per element of the operands a precision's GEMMs and convolutions read."""
     return 2 if require_known(precision) in HALF_PRECISIONS else 4
