@@ -289,3 +289,11 @@ def test_the_driver_holds_a_gpu_to_the_same_table(monkeypatch, cc, refused):
             tc.validate(cfg)
         expected = f"--precision '{precision}' is not supported on backend 'cuda' with a faked GPU"
         assert str(err.value) == f"{expected}: {why}"
+
+
+def test_an_ops_dtype_names_the_precision_it_computes_in():
+    from dnnroofline.study.precisions import dtype_precision
+
+    assert dtype_precision("float32") == "fp32"  # not tf32: that is a matmul mode
+    assert dtype_precision("float16") == "amp" and dtype_precision("bfloat16") == "bf16"
+    assert dtype_precision("float64") is None and dtype_precision("int64") is None
