@@ -596,3 +596,26 @@ def test_the_host_costs_count_ops_as_the_device_dispatches_them(monkeypatch):
     names = [{op["name"] for op in inv["ops"]} for inv in recorded]
     assert "aten.native_batch_norm.default" in names[0]
     assert "aten.cudnn_batch_norm.default" in names[1] and recorded[1]["step"]["device"] == "cuda"
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_layer_norm_row_runs_as_autocast_runs_it_and_has_the_inventorys_features(backward):
+    """Transformers and ConvNeXt normalize with layer norm (issue 40): the sweep times it
+    in float32, as autocast runs it under amp and bf16, over rows of channels, with the
+    features the op inventory records for aten.native_layer_norm."""
+    import torch
+
+    from dnnroofline.estimate import op_rules
+    from dnnroofline.measure import sweep_ops
+
+    s = sweep_ops.Setting(torch, sweep_ops.Pool(torch, "cpu", 2**18), "bf16", False)
+    op = sweep_ops.layer_norm_op(s, (2, 64, 4, 4), backward)
+    out = op.call()
+    assert (op.key, op.phase) == ("normalization", "backward" if backward else "forward")
+    assert out[0].shape == (32, 64) and out[0].dtype == torch.float32
+    x = torch.zeros(32, 64)
+    assert op.shape == op_rules._norm_shape("native_layer_norm", (x, [64])) == {
+        "n": 32, "c": 64, "spatial": 1,
+    }  # fmt: skip
+    per_element = op_rules.NORM_BWD_FLOPS if backward else op_rules.NORM_FWD_FLOPS
+    assert op.flops == per_element * 32 * 64

@@ -285,6 +285,7 @@ ELEMENTWISE: dict[str, tuple[int, bool, bool, int, Callable]] = {
     "sigmoid": (1, False, False, 4, lambda t, a: t.sigmoid(a)),
     "silu": (1, False, False, 5, lambda t, a: t.nn.functional.silu(a)),
     "hardswish": (1, False, False, 5, lambda t, a: t.nn.functional.hardswish(a)),
+    "gelu": (1, False, False, 5, lambda t, a: t.nn.functional.gelu(a)),  # ViT, ConvNeXt
     "threshold_backward": (2, False, False, 1,
                            lambda t, a, b: t.ops.aten.threshold_backward(a, b, 0)),
     "mul_channel": (2, False, True, 1, lambda t, a, b: t.mul(a, b)),  # squeeze-excite scale
@@ -363,6 +364,39 @@ def batch_norm_op(s: Setting, act: tuple, backward: bool) -> Op:
 
     return Op(f"batch norm {label} bwd", "normalization", "backward", shape, 9 * numel,
               3 * s.item * numel, rotating(bwd, sets))  # fmt: skip
+
+
+def layer_norm_op(s: Setting, act: tuple, backward: bool) -> Op:
+    """Layer norm over the channels of every position (a transformer's tokens, ConvNeXt's
+    channels-last blocks): the rows of an (n, c, h, w) activation, c wide. In float32
+    whatever the precision: autocast runs layer norm in fp32 under amp and bf16."""
+    torch, aten = s.torch, s.torch.ops.aten
+    n, c, h, w = act
+    rows, f32 = n * h * w, torch.float32
+    numel = rows * c
+    shape = {"n": rows, "c": c, "spatial": 1}  # as the inventory records a layer norm
+    s.admit((9 if backward else 5) * numel, (3 if backward else 2) * 4 * numel)
+
+    def affine():  # weight and bias
+        return [torch.rand(c, device=s.pool.device) + 0.5 for _ in range(2)]
+
+    label = f"{rows}x{c}"
+    if not backward:
+        sets = [(x, *affine()) for (x,) in s.sets((rows, c), hot=(0,), dtype=f32, layout=False)]
+        call = rotating(lambda x, wt, b: aten.native_layer_norm(x, [c], wt, b, 1e-6), sets)
+        return Op(f"layer norm {label} fwd", "normalization", "forward", shape, 5 * numel,
+                  2 * 4 * numel, call)  # fmt: skip
+    sets = []
+    for x, gy in s.sets((rows, c), (rows, c), hot=(1,), dtype=f32, layout=False):
+        wt, b = affine()
+        _, mean, rstd = aten.native_layer_norm(x, [c], wt, b, 1e-6)
+        sets.append((gy, x, mean, rstd, wt, b))
+
+    def bwd(gy, x, mean, rstd, wt, b):
+        return aten.native_layer_norm_backward(gy, x, [c], mean, rstd, wt, b, [True] * 3)
+
+    return Op(f"layer norm {label} bwd", "normalization", "backward", shape, 9 * numel,
+              3 * 4 * numel, rotating(bwd, sets))  # fmt: skip
 
 
 def pool_op(s: Setting, act: tuple, window: int, backward: bool) -> Op:
@@ -453,8 +487,9 @@ def draw_op(key: str, d: Draw, s: Setting, foreach: bool) -> Op:
         return elementwise_op(s, d.pick(tuple(ELEMENTWISE)), act)
     if key == "reduction":
         return reduction_op(s, act, backward=d.rng.random() < 0.4)
-    if key == "normalization":
-        return batch_norm_op(s, act, backward=d.rng.random() < 0.5)
+    if key == "normalization":  # a third layer norms: transformers and ConvNeXt have them
+        norm = layer_norm_op if d.rng.random() < 1 / 3 else batch_norm_op
+        return norm(s, act, backward=d.rng.random() < 0.5)
     if key == "pooling":
         return pool_op(s, act, d.pick((2, 3)), backward=d.rng.random() < 0.5)
     if key == "copy":
