@@ -314,6 +314,28 @@ def test_summary_has_the_three_tables():
     assert sum(line.startswith("|---|") for line in text.splitlines()) == 3
 
 
+def test_summary_lists_the_ceilings_energy_kernels_and_costs_or_why_none():
+    energy = {
+        "available": True, "source": "nvml",
+        "kernels": [
+            {"kind": "idle", "precision": None, "flop": 0, "bytes": 0, "seconds": 1.0,
+             "joules": 98.0, "mean_power_w": 98.0},
+            {"kind": "gemm", "precision": "bf16", "flop": 7.0e14, "bytes": 2.0e10,
+             "seconds": 1.01, "joules": 690.0, "mean_power_w": 683.2},
+        ],
+        "costs": {"pj_per_flop": {"bf16": 0.84}, "pj_per_byte": 41.0, "static_power_w": 98.0,
+                  "max_residual_pct": 0.4},
+    }  # fmt: skip
+    text = summary_markdown("h100", "H100", {**CEILINGS, "energy": energy}, None, [], {})
+    assert "## Energy: the ceilings' metered kernels and the costs fitted on them" in text
+    assert "| gemm | bf16 | 700,000 GFLOP | 20.0 GB | 1.01 s | 690.0 J | 683 W |" in text
+    assert "Fitted (nvml): pJ/FLOP bf16 0.84; 41 pJ/B; static 98 W; worst residual 0.4%" in text
+    off = {"available": False, "reason": "NVML: NVMLError_NotSupported: Not Supported"}
+    text = summary_markdown("h100", "H100", {**CEILINGS, "energy": off}, None, [], {})
+    assert "Energy not recorded: NVML: NVMLError_NotSupported: Not Supported" in text
+    assert "## Energy" not in summary_markdown("h100", "H100", CEILINGS, None, [], {})
+
+
 def test_ceilings_without_roofs_is_refused_with_the_file_named():
     with pytest.raises(InputError, match="ceilings.json: no 'roofs' list"):
         roof_rows({})

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from dnnroofline.errors import InputError
 from dnnroofline.estimate import roofline
+from dnnroofline.formatting import fmt_bytes, fmt_gflop
 from dnnroofline.ncu.above_roof import kernels_above_measured_roof
 from dnnroofline.study.identity import config_key
 from dnnroofline.study.precisions import precision_of_roof
@@ -188,6 +189,42 @@ def kernels_above_rows(
     return rows
 
 
+def energy_lines(ceilings: Mapping) -> list[str]:
+    """The ceilings' energy: each metered kernel (joules, mean power) and the fitted
+    costs, or why there are none; nothing for a ceilings file from before energy."""
+    energy = ceilings.get("energy")
+    if not isinstance(energy, Mapping):
+        return []
+    if not energy.get("available"):
+        return [f"Energy not recorded: {energy.get('reason')}"]
+    rows = [
+        [
+            str(k.get("kind")),
+            str(k.get("precision") or "–"),
+            fmt_gflop(k.get("flop")),
+            fmt_bytes(k.get("bytes")),
+            f"{k['seconds']:.2f} s" if k.get("seconds") is not None else "–",
+            f"{k['joules']:.1f} J" if k.get("joules") is not None else str(k.get("reason")),
+            f"{k['mean_power_w']:.0f} W" if k.get("mean_power_w") is not None else "–",
+        ]
+        for k in energy.get("kernels") or []
+    ]
+    lines = [
+        markdown_table(["kernel", "precision", "work", "bytes", "window", "energy", "power"], rows)
+    ]
+    costs = energy.get("costs")
+    if isinstance(costs, Mapping):
+        per_flop = ", ".join(f"{p} {v:.3g}" for p, v in sorted(costs["pj_per_flop"].items()))
+        lines.append(
+            f"Fitted ({energy.get('source')}): pJ/FLOP {per_flop}; {costs['pj_per_byte']:.3g} "
+            f"pJ/B; static {costs['static_power_w']:.0f} W; worst residual "
+            f"{costs['max_residual_pct']:.1f}%"
+        )
+    else:
+        lines.append(f"No costs fitted: {energy.get('costs_reason')}")
+    return lines
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -215,6 +252,9 @@ def summary_markdown(
                 sweep,
             ),
         ]
+    energy = energy_lines(ceilings)
+    if energy:
+        extra += ["## Energy: the ceilings' metered kernels and the costs fitted on them", *energy]
     if above:
         extra += [
             "## Kernels above their measured roof (that roof is too low)",
