@@ -279,6 +279,7 @@ def plot_energy_roofline(
     data = energy_roofline_data(ceilings, points, metrics)
     envs, pts = data["envs"], data["points"]
     costed = [e for e in envs if e.costs is not None]
+    notes = left_out(envs, pts)
     with rc_context(SVG_RC):
         if not costed and not len(pts):
             fig = _no_data_figure(envs, title)
@@ -297,7 +298,7 @@ def plot_energy_roofline(
                 {p for e in costed for p in _costed_precisions(e.costs)} | set(pts["precision"])
             )
             _legend(ax, roof_items, model_marker, precs, env_fill)
-            if notes := left_out(envs, pts):
+            if notes:
                 ax.text(
                     0.0,
                     -0.13,
@@ -310,4 +311,4 @@ def plot_energy_roofline(
                     gid="energy-note",
                 )
         save_figure(fig, out_png, out_svg)
-    return {"points": len(pts), "roofs": len(data["roofs"]), "left_out": left_out(envs, pts)}
+    return {"points": len(pts), "roofs": len(data["roofs"]), "left_out": notes}

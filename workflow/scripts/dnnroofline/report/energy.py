@@ -19,6 +19,7 @@ import pandas as pd
 from dnnroofline.aggregate.energy_points import env_energy
 from dnnroofline.aggregate.metrics import GROUP_KEYS, group_nproc, images_per_s_at
 from dnnroofline.formatting import finite_number, missing
+from dnnroofline.perfmodel.scoring import error_pct
 from dnnroofline.report import data
 from dnnroofline.report.perfmodel import parity_uri
 from dnnroofline.report.render import section
@@ -29,7 +30,7 @@ PREDICTION_COLUMNS = ("predicted_joules_per_image", "measured_joules_per_image")
 ERROR_COLUMN = "joules_per_image_error_pct"
 
 
-def run_energy(runs: Sequence[Mapping] | None) -> dict[str, dict]:
+def energy_by_run(runs: Sequence[Mapping] | None) -> dict[str, dict]:
     """``{run_id: energy record}`` of the run JSONs that have one."""
     return {
         str(r["run_id"]): dict(r["energy"])
@@ -126,7 +127,7 @@ def prediction_rows(check: pd.DataFrame | None) -> list[dict]:
         if pred is None or meas is None:
             continue
         err = finite_number(r.get(ERROR_COLUMN))
-        rows.append({**r, "error_pct": err if err is not None else 100 * (pred - meas) / meas})
+        rows.append({**r, "error_pct": err if err is not None else error_pct(pred, meas)})
     order = ("env", "model", "precision", "batch", "method")
     return sorted(rows, key=lambda r: tuple(str(r.get(k)) for k in order))
 
@@ -143,7 +144,7 @@ def facts(
     ceilings = data.keyed(ceilings)
     m = metrics if metrics is not None and "env" in metrics else None
     m = pd.DataFrame(columns=["env", "run_id", "status"]) if m is None else m
-    energy = run_energy(runs)
+    energy = energy_by_run(runs)
     envs = []
     for e in env_energy(ceilings, m):
         envs.append(
