@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -402,6 +403,29 @@ def test_a_repeat_lasts_at_least_min_repeat_s_however_short_one_call_is(monkeypa
     assert times == [tick] * 3  # seconds per call
     assert len(calls) == 50 + 1 + 3 * 20  # warm-up to min_warmup_s, the sizing call, repeats
     assert calls[50] == 50 * tick  # the sizing call came once the warm-up had lasted 50 ticks
+
+
+def test_the_time_cap_counts_from_inside_the_timing_context(monkeypatch):
+    """A meter entered as the timing context spans at least time_cap_s of repeats, however
+    long its own start takes (the ceilings' energy windows: issue 40): the cap's clock
+    starts once the context is entered, not before."""
+    clock, tick = FakeClock(), 2.0**-10
+    monkeypatch.setattr(timer, "time", clock.module())
+    spans = []
+
+    @contextlib.contextmanager
+    def slow_meter():
+        clock.advance(7 * tick)  # the meter's start: reading its counters
+        t0 = clock.now
+        yield
+        spans.append(clock.now - t0)
+
+    times, inner = timer.time_repeats("cpu", lambda: clock.advance(tick), warmup=1,
+                                      reps=1000, min_reps=1, inner=4, time_cap_s=40 * tick,
+                                      timing_context=slow_meter())  # fmt: skip
+    assert inner == 4 and times == [tick] * len(times)
+    assert spans == [len(times) * 4 * tick] and spans[0] > 40 * tick
+    assert len(times) == 11  # the first repeat ending past the cap (44 ticks), no more
 
 
 def test_gpu_memory_roofs_are_timed_over_repeats_long_enough_to_hide_the_launch_gap(

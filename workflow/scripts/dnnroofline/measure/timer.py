@@ -100,7 +100,9 @@ def time_repeats(
     the start event is recorded. CUDA: CUDA events; elsewhere ``time.perf_counter``
     around a device sync. Stops after ``reps`` repeats, or after ``min_reps`` once
     ``time_cap_s`` is spent. ``timing_context`` is entered around the timed repeats only
-    (NVML sampling of a GPU candidate: :mod:`dnnroofline.measure.gemm_sweep`).
+    (NVML sampling of a GPU candidate: :mod:`dnnroofline.measure.gemm_sweep`; an energy
+    meter: :mod:`dnnroofline.measure.energy_kernels`), and ``time_cap_s`` counts from
+    inside it, so that it spans at least the cap.
     """
     import torch
 
@@ -118,8 +120,10 @@ def time_repeats(
         one = max(time.perf_counter() - t0, 1e-7)
         inner = max(inner, min(MAX_INNER, math.ceil(min_repeat_s / one)))
     times: list[float] = []
-    t_start = time.monotonic()
     with timing_context or contextlib.nullcontext():
+        # the cap's clock starts inside the context: a meter entered there spans at
+        # least time_cap_s (its own start, e.g. reading RAPL's zones, is not the cap's)
+        t_start = time.monotonic()
         while len(times) < reps:
             if device == "cuda":
                 start = torch.cuda.Event(enable_timing=True)
