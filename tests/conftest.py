@@ -52,11 +52,19 @@ def tiny_study(tmp_path_factory):
     return workdir
 
 
+# The files whose tests start scripts/local_slurm.sh's cluster (a module fixture each): one
+# work unit, so that no two clusters run at once (they would share its ports and
+# /etc/slurm/slurm.conf, and the second start is refused).
+LOCAL_SLURM_FILES = {"test_cluster.py", "test_cluster_faults.py"}
+
 # make test's slowest work units (pytest -n 2 --durations on a 2-core host), dealt out
 # first: longest first keeps both workers busy to the end, where a slow file dealt out last
-# ran alone while the other worker idled. The tiny study leads: its measurements run one at
-# a time, on one core, beside the rest. The other files follow in collection order.
-SLOWEST_FIRST = ["tiny_study", "test_faults.py", "test_workflow.py", "test_cluster.py",
+# ran alone while the other worker idled. The Slurm unit leads: most of its time is spent
+# waiting on Slurm, and beside the tiny study's jobs (--cores 2) that wait costs no core;
+# dealt out later it ran beside one-core tests, a quarter of the CPU idle for 4 minutes.
+# The tiny study follows: its measurements run one at a time, on one core, beside the
+# rest. The other files follow in collection order.
+SLOWEST_FIRST = ["local_slurm", "tiny_study", "test_faults.py", "test_workflow.py",
                  "test_h100_example.py", "test_run_train.py", "test_merge_gpu_results.py",
                  "test_kernel_roofline.py", "test_ddp.py", "test_ddp_traces.py",
                  "test_perf.py", "test_traces.py", "test_lock.py"]  # fmt: skip
@@ -78,8 +86,11 @@ def tiny_study_tests() -> frozenset[tuple[str, str]]:
 def work_unit(nodeid: str) -> str:
     """The unit a worker runs whole: the test's file (its module fixtures run once), or
     "tiny_study" for every test that takes that fixture (the session's study runs once),
-    apart from the other tests of their files, which can go to the other worker."""
+    apart from the other tests of their files, which can go to the other worker; or
+    "local_slurm" for every test of LOCAL_SLURM_FILES."""
     path, _, test = nodeid.partition("::")
+    if Path(path).name in LOCAL_SLURM_FILES:
+        return "local_slurm"
     return "tiny_study" if (Path(path).name, test.split("[")[0]) in tiny_study_tests() else path
 
 
@@ -107,11 +118,11 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False
 
-    class TinyStudyTogether(LoadFileScheduling):
+    class ByWorkUnit(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    return TinyStudyTogether(config, log)
+    return ByWorkUnit(config, log)
 
 
 # the report tests' inputs and sections fixtures; the CPU flags every test sees, and the

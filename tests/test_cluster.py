@@ -11,6 +11,7 @@ CI (CI set), where .ci/run installs them and a missing piece fails the test.
 
 from __future__ import annotations
 
+import ast
 import csv
 import importlib.util
 import json
@@ -273,6 +274,19 @@ def why_no_slurm() -> str | None:
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         return "no snakemake-executor-plugin-slurm (pip install -r requirements-dev.txt)"
     return None
+
+
+def test_every_file_that_starts_the_local_slurm_is_one_work_unit():
+    """make test's workers must never run two of these clusters at once (conftest.py)."""
+    from conftest import LOCAL_SLURM_FILES, work_unit
+
+    users = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "slurm" in [a.arg for a in node.args.args]:
+                users.add(path.name)
+                assert work_unit(f"tests/{path.name}::{node.name}") == "local_slurm"
+    assert users == LOCAL_SLURM_FILES
 
 
 @pytest.fixture(scope="module")
