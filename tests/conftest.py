@@ -70,17 +70,21 @@ SLOWEST_FIRST = ["local_slurm", "tiny_study", "test_faults.py", "test_workflow.p
                  "test_perf.py", "test_traces.py", "test_lock.py"]  # fmt: skip
 
 
+def tests_taking(fixture: str, files) -> frozenset[tuple[str, str]]:
+    """(file, function) of each test function of ``files`` (names in tests/) that takes
+    ``fixture`` as an argument."""
+    found = set()
+    for name in files:
+        for node in ast.parse((Path(__file__).parent / name).read_text()).body:
+            if isinstance(node, ast.FunctionDef) and fixture in [a.arg for a in node.args.args]:
+                found.add((name, node.name))
+    return frozenset(found)
+
+
 @functools.cache
 def tiny_study_tests() -> frozenset[tuple[str, str]]:
     """(file, function) of each test in TINY_STUDY_FILES that takes tiny_study."""
-    found = set()
-    for name in TINY_STUDY_FILES:
-        for node in ast.parse((Path(__file__).parent / name).read_text()).body:
-            if isinstance(node, ast.FunctionDef) and "tiny_study" in [
-                a.arg for a in node.args.args
-            ]:
-                found.add((name, node.name))
-    return frozenset(found)
+    return tests_taking("tiny_study", TINY_STUDY_FILES)
 
 
 def work_unit(nodeid: str) -> str:

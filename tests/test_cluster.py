@@ -11,7 +11,6 @@ CI (CI set), where .ci/run installs them and a missing piece fails the test.
 
 from __future__ import annotations
 
-import ast
 import csv
 import importlib.util
 import json
@@ -278,15 +277,13 @@ def why_no_slurm() -> str | None:
 
 def test_every_file_that_starts_the_local_slurm_is_one_work_unit():
     """make test's workers must never run two of these clusters at once (conftest.py)."""
-    from conftest import LOCAL_SLURM_FILES, work_unit
+    from conftest import LOCAL_SLURM_FILES, tests_taking, work_unit
 
-    users = set()
-    for path in Path(__file__).parent.glob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and "slurm" in [a.arg for a in node.args.args]:
-                users.add(path.name)
-                assert work_unit(f"tests/{path.name}::{node.name}") == "local_slurm"
-    assert users == LOCAL_SLURM_FILES
+    files = [path.name for path in Path(__file__).parent.glob("test_*.py")]
+    users = tests_taking("slurm", files)
+    for name, test in users:
+        assert work_unit(f"tests/{name}::{test}") == "local_slurm"
+    assert {name for name, _ in users} == LOCAL_SLURM_FILES
 
 
 @pytest.fixture(scope="module")
