@@ -348,7 +348,8 @@ def test_a_second_study_into_the_same_results_folder_is_refused_naming_it(
         if "IncompleteFilesException" in log:
             # a job of the first finished on its node before the first snakemake's next
             # status check (a loaded host): Snakemake checks for incomplete files before
-            # its lock. What that refusal offers, --rerun-incomplete, meets the lock.
+            # its lock. What that refusal offers, --rerun-incomplete, meets the lock
+            # (a job's old outputs are deleted only when it starts, under the lock).
             again = ["--rerun-incomplete", "--workflow-profile", PROFILE, *FAST_STATUS]
             rc, log = finish(start_snakemake(tmp_path, *again))
         assert rc != 0 and "Directory cannot be locked" in log, log[-3000:]
