@@ -31,8 +31,20 @@ def make_config(predict=None, **envs):
     return config
 
 
-def make_study(config, known_models=KNOWN):
-    return Study(config, machine_device="cpu", known_models=known_models, cpu_flags=[])
+def copied_in(*envs):
+    """``path_exists`` of a working directory holding the copied results of ``envs``."""
+    return lambda path: any(path.startswith(f"results/{env}/") for env in envs)
+
+
+def make_study(config, known_models=KNOWN, path_exists=copied_in("h100")):
+    """The study on this CPU machine, the ``h100`` env's results copied in."""
+    return Study(
+        config,
+        machine_device="cpu",
+        known_models=known_models,
+        cpu_flags=[],
+        path_exists=path_exists,
+    )
 
 
 def gpu_envs():
@@ -113,6 +125,41 @@ def test_a_datasheet_gpu_borrows_a_measured_env_of_its_architecture():
     assert datasheet.gpu_by_key("h200_sxm").architecture == "hopper"
     assert point.env_source == "datasheet h200_sxm: tables of env h100, scaled by peaks"
     assert point.record()["env_source"] == point.env_source
+
+
+def test_a_study_env_neither_measured_nor_copied_in_is_refused_naming_it():
+    config = make_config([dict(GOOD, env="h100", precision="bf16")], **gpu_envs())
+    with pytest.raises(InputError) as err:
+        make_study(config, path_exists=copied_in())
+    message = str(err.value)
+    assert message.startswith("config predict[0].env: env 'h100' is not measured here")
+    assert "results/h100/env_info.json and ceilings.json" in message
+    # measured here (measure_envs) is enough: its results come from this study
+    config["measure_envs"] = ["local", "h100"]
+    assert make_study(config, path_exists=copied_in()).what_ifs[0].tables_env == "h100"
+
+
+def test_a_datasheet_gpu_borrows_the_env_of_its_architecture_that_has_results():
+    # two Hopper GPUs declared (one study for whichever is lent), only the second measured
+    envs = {
+        "h100_sweep": {"device": "cuda", "gpu_name": "H100"},
+        "h200_sweep": {"device": "cuda", "gpu_name": "H200"},
+    }
+    entry = dict(GOOD, env="h100_sxm5", precision="fp32", batch=128)
+    config = make_config([entry], **envs)
+    config["measure_envs"] = ["h200_sweep"]
+    (point,) = make_study(config, path_exists=copied_in()).what_ifs
+    assert point.tables_env == "h200_sweep"
+    # measured nowhere, copied in: the copy's tables
+    del config["measure_envs"]
+    (point,) = make_study(config, path_exists=copied_in("h200_sweep")).what_ifs
+    assert point.tables_env == "h200_sweep"
+    with pytest.raises(InputError) as err:
+        make_study(config, path_exists=copied_in())
+    assert str(err.value).startswith(
+        "config predict[0].env: 'h100_sxm5' borrows the tables of a measured hopper env, "
+        "but none of 'h100_sweep', 'h200_sweep' is measured here"
+    )
 
 
 def test_a_datasheet_gpu_with_no_measured_env_of_its_architecture_is_refused():

@@ -16,6 +16,7 @@ from typing import Any
 
 from dnnroofline.errors import InputError, suggest
 from dnnroofline.study import identity, precisions, what_if
+from dnnroofline.study.copied import WHOLE_ENV_FILES
 from dnnroofline.study.defaults import fill_defaults
 
 # torch.compile modes an env may ask for (``compile: false`` runs eagerly).
@@ -203,6 +204,7 @@ class Study:
         self._check_precision_names()
         self._check_models(known_models)
         self._check_data(path_exists)
+        self._path_exists = path_exists
         self.measure_envs = self._pick_measure_envs()
         for env in self.envs:
             self._check_precisions(env)
@@ -528,6 +530,13 @@ class Study:
             gpu_name=lambda env: self.envs[env].get("gpu_name"),
             roof_precisions=self.roof_precisions,
             cpu_flags=lambda env: self._cpu_flags if self._measured_on_this_cpu(env) else None,
+            has_results=self._has_results,
+        )
+
+    def _has_results(self, env: str) -> bool:
+        """Measured here, or its results copied in (what the Snakefile reads as copied)."""
+        return env in self.measure_envs or all(
+            self._path_exists(identity.env_file(env, name)) for name in WHOLE_ENV_FILES
         )
 
     def _measured_on_this_cpu(self, env: str) -> bool:

@@ -60,6 +60,8 @@ class StudyEnv:
     architecture: str | None
     roof_precisions: tuple[str, ...]
     cpu_flags: tuple[str, ...] | None = None  # this CPU's, where the env runs here
+    # measured here, or its results copied in: something to predict from
+    has_results: bool = True
 
 
 def check_predict(
@@ -112,6 +114,12 @@ def _entry(
     precision = precisions.require_known(entry["precision"], f"{where}.precision")
     if env in envs:
         _check_study_env(where, env, envs[env], precision)
+        if not envs[env].has_results:
+            raise InputError(
+                f"{where}.env: env {env!r} is not measured here (measure_envs) and no "
+                f"results of it were copied in (results/{env}/env_info.json and "
+                "ceilings.json): there is nothing to predict it from"
+            )
         return WhatIf(env, str(model), precision, batch, tables_env=env)
     gpu = datasheet.gpu_by_key(str(env))
     if gpu is None:
@@ -144,7 +152,9 @@ def borrowed_env(
     where: str, gpu: datasheet.GpuPeaks, precision: str, envs: Mapping[str, StudyEnv]
 ) -> str:
     """The study env whose tables a datasheet GPU borrows: the first CUDA env of the
-    GPU's architecture that measures ``precision``; InputError naming the entry if none."""
+    GPU's architecture that measures ``precision`` and has results (measured here or
+    copied in: a study may declare GPUs it does not measure on this machine);
+    InputError naming the entry if none."""
     if gpu.flops(precision) is None:
         raise InputError(
             f"{where}.precision: {precision!r} on {gpu.name} (env {gpu.key!r}): its "
@@ -152,8 +162,15 @@ def borrowed_env(
         )
     same = [e for e, s in envs.items() if s.device == "cuda" and s.architecture == gpu.architecture]
     usable = [e for e in same if precision in envs[e].roof_precisions]
+    with_results = [e for e in usable if envs[e].has_results]
+    if with_results:
+        return with_results[0]
     if usable:
-        return usable[0]
+        raise InputError(
+            f"{where}.env: {gpu.key!r} borrows the tables of a measured {gpu.architecture} "
+            f"env, but none of {', '.join(repr(e) for e in usable)} is measured here "
+            "(measure_envs) or copied in (results/<env>/env_info.json and ceilings.json)"
+        )
     if same:
         raise InputError(
             f"{where}.env: {gpu.key!r} borrows the tables of a measured {gpu.architecture} "
@@ -180,6 +197,7 @@ def study_envs(
     gpu_name: Callable[[str], str | None],
     roof_precisions: Callable[[str], list[str]],
     cpu_flags: Callable[[str], Iterable[str] | None],
+    has_results: Callable[[str], bool],
 ) -> dict[str, StudyEnv]:
     """Each study env as the check sees it, from the Study's per-env accessors."""
     out = {}
@@ -190,5 +208,6 @@ def study_envs(
             architecture=datasheet.architecture_of(gpu_name(env)),
             roof_precisions=tuple(roof_precisions(env)),
             cpu_flags=None if flags is None else tuple(flags),
+            has_results=has_results(env),
         )
     return out
