@@ -3,6 +3,7 @@ priority order within a budget, packed after each, a group past its deadline cut
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -172,6 +173,44 @@ def test_a_group_past_its_deadline_is_cut_and_the_archive_before_is_kept(tiny, t
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert "slow" in proc.stdout and "cut" in proc.stdout
+
+
+def test_a_study_wide_file_target_is_packed_and_every_file_made_has_its_sha256(tiny, tmp_path):
+    workdir, config = tiny
+    # a stand-in for snakemake that makes each file target it is given
+    stand_in = (
+        'for t in "$@"; do case "$t" in results/*) mkdir -p "$(dirname "$t")";'
+        ' echo "made $t" > "$t";; esac; done'
+    )
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        [
+            {"name": "predict", "targets": ["results/predictions.csv", "predictions"]},
+            {"name": "runs", "targets": ["results/{env}/runs/{point}_run1.json"]},
+        ],
+    )
+    out = tmp_path / "out"
+    proc = gpu_lease(
+        "--plan", plan, "--budget-s", 60, "--out", out, "--configfile", config,
+        "--directory", workdir, "--snakemake", f"sh -c {shlex.quote(stand_in)} stand-in",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = archive_names(out)
+    assert "results/predictions.csv" in names  # outside results/{env}/, packed all the same
+    assert len([n for n in names if n.startswith("results/local/runs/")]) == TINY_POINTS
+    predict, runs = json.loads((out / "lease.json").read_text())["groups"]
+    made = (workdir / "results" / "predictions.csv").read_bytes()
+    assert predict["sha256"] == {"results/predictions.csv": hashlib.sha256(made).hexdigest()}
+    assert len(runs["sha256"]) == TINY_POINTS  # the rule name "predictions" is no file
+
+
+def test_the_archives_extra_files_are_the_plans_file_targets_outside_the_env_folders():
+    groups = [
+        (lease.Group("a", ()), ["results/local/ceilings.json", "results/predictions.csv"]),
+        (lease.Group("b", ()), ["measure", "results/predictions.csv", "results/localx/f"]),
+    ]
+    extra = lease.file_targets(groups, ["results/local"])
+    assert extra == ["results/predictions.csv", "results/localx/f"]
 
 
 def test_a_pack_that_fails_half_way_leaves_the_archive_before(tmp_path, monkeypatch):

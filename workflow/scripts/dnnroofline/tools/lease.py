@@ -4,8 +4,10 @@ A *plan* (YAML) lists groups of Snakemake targets, most valuable first. Each gro
 as one ``snakemake`` under a deadline (the budget left minus a reserve for packing); at
 the deadline Snakemake's process group gets SIGINT (Snakemake stops its jobs and removes
 their incomplete outputs), SIGTERM after a grace, SIGKILL last. After every group what
-exists of ``results/{env}/`` is packed atomically into one archive, and the lease's
-record (``lease.json``) says what ran, for how long, and what it left.
+exists of ``results/{env}/`` (and of the plan's file targets outside it, such as
+``results/predictions.csv``) is packed atomically into one archive, and the lease's
+record (``lease.json``) says what ran, for how long, what it left, and the sha256 of each
+file target made.
 
 The study matrix (envs, points, repeats) comes in as a :class:`Matrix` that the caller
 builds from the study package (scripts/gpu_lease.py): this module stays in the base layer.
@@ -14,6 +16,7 @@ builds from the study package (scripts/gpu_lease.py): this module stays in the b
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
@@ -212,21 +215,38 @@ def targets_done(targets: Sequence[str], workdir: Path, ok: bool) -> int:
 # ---------------------------------------------------------------- packing
 
 
-def pack(archive: Path, workdir: Path, folders: Iterable[str]) -> int:
-    """The folders (relative to ``workdir``) into ``archive`` (tar.gz, file times kept),
-    written to a temporary file and renamed: a kill mid-pack leaves the archive before.
-    Returns the number of files packed."""
+def file_targets(groups: Iterable[tuple[Group, list[str]]], folders: Iterable[str]) -> list[str]:
+    """The plan's file targets outside ``folders`` (``results/predictions.csv``, say): the
+    archive carries them too, so a group that makes a study-wide file loses nothing."""
+    inside = tuple(f"{folder.rstrip('/')}/" for folder in folders)
+    expanded = (t for _, targets in groups for t in targets)
+    return list(dict.fromkeys(t for t in expanded if "/" in t and not t.startswith(inside)))
+
+
+def pack(archive: Path, workdir: Path, folders: Iterable[str], files: Iterable[str] = ()) -> int:
+    """The folders and files (relative to ``workdir``; those missing skipped) into
+    ``archive`` (tar.gz, file times kept), written to a temporary file and renamed: a
+    kill mid-pack leaves the archive before. Returns the number of files packed."""
     count = 0
     with atomic_path(archive) as tmp, tarfile.open(tmp, "w:gz") as tar:
-        for folder in folders:
-            root = workdir / folder
-            if not root.is_dir():
-                continue
-            for path in sorted(root.rglob("*")):
-                if path.is_file() and not path.is_symlink():
-                    tar.add(path, arcname=str(path.relative_to(workdir)), recursive=False)
-                    count += 1
+        paths = [
+            p for f in folders if (workdir / f).is_dir() for p in sorted((workdir / f).rglob("*"))
+        ]
+        for path in paths + [workdir / f for f in files]:
+            if path.is_file() and not path.is_symlink():
+                tar.add(path, arcname=str(path.relative_to(workdir)), recursive=False)
+                count += 1
     return count
+
+
+def digests(targets: Iterable[str], workdir: Path) -> dict[str, str]:
+    """``{file target: sha256}`` of the group's file targets that exist: what a later
+    commit of one (a prediction, say) can be checked against, byte for byte."""
+    return {
+        t: hashlib.sha256((workdir / t).read_bytes()).hexdigest()
+        for t in targets
+        if (workdir / t).is_file()
+    }
 
 
 # ---------------------------------------------------------------- the lease
@@ -282,13 +302,19 @@ def run_lease(lease: Lease) -> list[dict[str, Any]]:
             )
         row.update(wall_s=round(lease.clock() - began, 1), exit_code=code)
         row["targets_done"] = targets_done(targets, lease.workdir, code == 0 and not cut)
+        row["sha256"] = digests(targets, lease.workdir)
         if cut:
             row.update(status="cut", reason=cut)
             stopped = "no time left" if cut.startswith("deadline") else cut
         else:
             row.update(status="done" if code == 0 else "failed")
             row["reason"] = None if code == 0 else f"snakemake exited {code}"
-        record["archive_files"] = pack(lease.out / ARCHIVE, lease.workdir, lease.folders)
+        record["archive_files"] = pack(
+            lease.out / ARCHIVE,
+            lease.workdir,
+            lease.folders,
+            file_targets(lease.groups, lease.folders),
+        )
         write_json_atomic(lease.out / RECORD, record)
     record["end"] = _now()
     write_json_atomic(lease.out / RECORD, record)
@@ -306,6 +332,7 @@ def _row(group: Group, targets: list[str]) -> dict[str, Any]:
         "status": "pending",
         "reason": None,
         "targets_done": None,
+        "sha256": {},
     }
 
 
