@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 import torchvision
 from torch import nn
 
@@ -27,7 +28,12 @@ from dnnroofline.estimate.op_classes import (
     step_variant,
 )
 from dnnroofline.estimate.op_inventory import op_inventory
-from dnnroofline.estimate.op_recorder import SYNC, StepSpec, record_step
+from dnnroofline.estimate.op_recorder import (
+    SYNC,
+    StepSpec,
+    fused_attention_choice,
+    record_step,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "op_inventory.py"
@@ -503,3 +509,54 @@ def test_complexity_cli_refuses_a_bad_inventory_naming_it(tmp_path, capsys, spec
     assert _complexity_cli().main([*flags, "--inventory", spec]) == 2
     assert expected in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shapes", "mask", "causal", "wanted"),
+    [
+        # ViT-B/16: 12 heads of 64 over 197 tokens
+        (torch.bfloat16, ((8, 12, 197, 64),) * 3, None, False, "flash"),
+        (torch.float16, ((8, 12, 197, 64),) * 3, None, False, "flash"),
+        (torch.float32, ((8, 12, 197, 64),) * 3, None, False, "efficient"),
+        # an additive mask: flash takes none, the memory-efficient kernel a float one
+        (torch.bfloat16, ((8, 12, 197, 64),) * 3, torch.bfloat16, False, "efficient"),
+        (torch.bfloat16, ((8, 12, 197, 64),) * 3, torch.bool, False, "math"),
+        # heads over 256 wide: no flash; 8-aligned: memory-efficient
+        (torch.bfloat16, ((2, 2, 16, 264),) * 3, None, False, "efficient"),
+        (torch.float32, ((2, 2, 16, 30),) * 3, None, False, "math"),  # 30 % 4 != 0
+        # causal over a query shorter than the keys: flash refuses it
+        (torch.float16, ((2, 2, 4, 64), (2, 2, 16, 64), (2, 2, 16, 64)), None, True, "efficient"),
+        (torch.float16, ((12, 197, 64),) * 3, None, False, "math"),  # 3-d: no fused kernel
+        (torch.float64, ((2, 2, 16, 64),) * 3, None, False, "math"),
+    ],
+)
+def test_the_fused_attention_an_sm80_gpu_picks(dtype, shapes, mask, causal, wanted):
+    assert fused_attention_choice(dtype, shapes, mask, causal) == wanted
+
+
+@pytest.mark.parametrize(("precision", "kernel"), [("bf16", "flash"), ("fp32", "efficient")])
+def test_a_fake_cuda_transformer_step_runs_the_fused_attention_a_gpu_runs(precision, kernel):
+    """On a host without a GPU torch's own choice falls back to the math path (bmm,
+    softmax, bmm), which no sm80+ GPU runs: the recorder takes the GPU's fused kernel."""
+    batch, tokens, heads, head = 2, 5, 12, 64  # 32 px: 2x2 patches and the class token
+    model = torchvision.models.vit_b_16(image_size=32)
+    spec = StepSpec(precision, device="cuda", channels_last=True)
+    step = record_step(model, spec, batch_size=batch, image_size=32, arch="vit_b_16")
+    ops = Counter()
+    flops = Counter()
+    for o in step.ops():
+        ops[o["phase"], o["name"]] += 1
+        flops[o["phase"], o["name"]] += o["flops"]
+    fused = {(p, n) for p, n in ops if "_scaled_dot_product_" in n}
+    assert {p for p, _ in fused} == {"forward", "backward"}
+    assert not any("bmm" in n or n == "aten._safe_softmax.default" for _, n in ops)
+    if not torch.cuda.is_available():  # with a GPU here, its own dispatch picks
+        forward = f"aten._scaled_dot_product_{kernel}_attention.default"
+        backward = f"aten._scaled_dot_product_{kernel}_attention_backward.default"
+        assert fused == {("forward", forward), ("backward", backward)}
+        assert ops["forward", forward] == ops["backward", backward] == 12  # one per layer
+        # QK^T and PV (2 per MAC), softmax 5 and a scale 1 per score; backward 2x products
+        scores = batch * heads * tokens * tokens
+        products = 2 * scores * (head + head)
+        assert flops["forward", forward] == 12 * (products + 6 * scores)
+        assert flops["backward", backward] == 12 * (2 * products + 6 * scores)
