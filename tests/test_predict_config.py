@@ -36,7 +36,10 @@ def copied_in(*envs):
     return lambda path: any(path.startswith(f"results/{env}/") for env in envs)
 
 
-def make_study(config, known_models=KNOWN, path_exists=copied_in("h100")):
+H100_COPIED = copied_in("h100")
+
+
+def make_study(config, known_models=KNOWN, path_exists=H100_COPIED):
     """The study on this CPU machine, the ``h100`` env's results copied in."""
     return Study(
         config,
