@@ -18,6 +18,7 @@ import torch
 import torchvision
 from torch import nn
 
+from dnnroofline.estimate.attention import fused_attention_choice
 from dnnroofline.estimate.complexity import ModelCannotRun, complexity
 from dnnroofline.estimate.op_classes import (
     OP_CLASSES,
@@ -31,7 +32,6 @@ from dnnroofline.estimate.op_inventory import op_inventory
 from dnnroofline.estimate.op_recorder import (
     SYNC,
     StepSpec,
-    fused_attention_choice,
     record_step,
 )
 
