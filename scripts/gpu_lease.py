@@ -43,7 +43,11 @@ def study_matrix(configs: list[str], workdir: Path) -> lease.Matrix:
         except (OSError, yaml.YAMLError) as err:
             raise InputError(f"{path}: cannot read the config: {err}") from None
     checked_config(config, ROOT / "config" / "schema.yaml", configs)
-    study = Study.here(config, path_exists=lambda p: (workdir / p).exists())
+    return matrix_of(Study.here(config, path_exists=lambda p: (workdir / p).exists()))
+
+
+def matrix_of(study) -> lease.Matrix:
+    """The study's measured envs, each env's points and the run indices."""
     envs = tuple(study.measure_envs)
     points = {env: tuple(c.config_key for c in study.configs([env])) for env in envs}
     runs = tuple(sorted({r.run for r in study.runs(envs)}))

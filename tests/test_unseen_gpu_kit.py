@@ -3,6 +3,7 @@ the study and its plans must hold on either GPU kind, with no GPU here to try th
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from dnnroofline.tools import lease
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "config" / "examples" / "unseen_gpu"
 GPUS = ("h100", "h200")
+_SPEC = importlib.util.spec_from_file_location("gpu_lease", ROOT / "scripts" / "gpu_lease.py")
+gpu_lease = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_lease)
 #: The budget of a lent machine, and what the H200 session spent outside its three
 #: leases: 900 s less their 359 + 263 + 99 s of wall time (examples/h200/lease/call*.json).
 DEVICE_S, OUTSIDE_LEASES_S = 900, 179
@@ -41,12 +45,6 @@ def committed_points(gpu: str) -> set[tuple[str, str, int]]:
     return {(m[1], m[2], int(m[3])) for p in runs if (m := pattern.fullmatch(p.name))}
 
 
-def matrix_of(study: Study) -> lease.Matrix:
-    envs = tuple(study.measure_envs)
-    points = {e: tuple(c.config_key for c in study.configs([e])) for e in envs}
-    return lease.Matrix(envs, points, tuple(sorted({r.run for r in study.runs(envs)})))
-
-
 @pytest.mark.parametrize("gpu", GPUS)
 def test_the_study_measures_this_gpus_env_and_predicts_every_committed_point(gpu):
     study = study_on(gpu)
@@ -67,7 +65,7 @@ def test_the_study_measures_this_gpus_env_and_predicts_every_committed_point(gpu
 @pytest.mark.parametrize("gpu", GPUS)
 def test_the_plans_expand_to_the_studys_files_and_fit_the_device_time(gpu):
     study = study_on(gpu)
-    matrix = matrix_of(study)
+    matrix = gpu_lease.matrix_of(study)
     runs = {
         f"results/{r.env}/runs/{r.config_key}_run{r.run}.json"
         for r in study.runs(study.measure_envs)

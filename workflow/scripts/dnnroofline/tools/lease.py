@@ -279,6 +279,7 @@ def run_lease(lease: Lease) -> list[dict[str, Any]]:
     record = {**lease.record, "budget_s": lease.budget_s, "reserve_s": lease.reserve_s}
     record.update(start=_now(), end=None, groups=rows)
     stopped = None  # why later groups do not start
+    extra_files = file_targets(lease.groups, lease.folders)
     for (group, targets), row in zip(lease.groups, rows, strict=True):
         left = lease.budget_s - (lease.clock() - start)
         reason = stopped or start_verdict(left, lease.reserve_s, group.estimate_s)
@@ -310,10 +311,7 @@ def run_lease(lease: Lease) -> list[dict[str, Any]]:
             row.update(status="done" if code == 0 else "failed")
             row["reason"] = None if code == 0 else f"snakemake exited {code}"
         record["archive_files"] = pack(
-            lease.out / ARCHIVE,
-            lease.workdir,
-            lease.folders,
-            file_targets(lease.groups, lease.folders),
+            lease.out / ARCHIVE, lease.workdir, lease.folders, extra_files
         )
         write_json_atomic(lease.out / RECORD, record)
     record["end"] = _now()
