@@ -2,11 +2,14 @@
 
     python scripts/gpu_lease.py --plan PLAN --budget-s 600 --out lease \\
         [--configfile CONFIG ...] [--cores all] [--reserve-s 20] [--dry-run]
+    python scripts/gpu_lease.py --out lease --take-out results/predictions.csv DEST
 
 PLAN lists groups of Snakemake targets in priority order (docs/gpu.md, "A short
 allocation"). Each group runs as one snakemake under the budget left minus the reserve;
 after each, results/{env}/ of the measured envs is packed into OUT/results.tar.gz, and
-OUT/lease.json and OUT/lease.log say what ran. The logic is dnnroofline.tools.lease.
+OUT/lease.json and OUT/lease.log say what ran. --take-out copies one file target out of
+the archive, refused unless its sha256 is the one lease.json recorded (a prediction to
+commit before the next call measures). The logic is dnnroofline.tools.lease.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ def matrix_of(study) -> lease.Matrix:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--plan", required=True, help="the groups of targets, in priority order")
-    p.add_argument("--budget-s", type=float, required=True, help="seconds of the allocation")
+    p.add_argument("--plan", help="the groups of targets, in priority order")
+    p.add_argument("--budget-s", type=float, help="seconds of the allocation")
     p.add_argument("--out", required=True, help="folder for results.tar.gz, lease.json, .log")
     p.add_argument("--configfile", nargs="+", default=[], help="snakemake config files")
     p.add_argument("--cores", default="all")
@@ -66,7 +69,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--directory", default=str(ROOT), help="snakemake's working directory")
     p.add_argument("--snakemake", help="the command in place of snakemake (tests)")
     p.add_argument("--dry-run", action="store_true", help="print the groups, run nothing")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--take-out",
+        nargs=2,
+        metavar=("TARGET", "DEST"),
+        help="copy file target TARGET out of OUT's archive to DEST, checked against lease.json",
+    )
+    args = p.parse_args(argv)
+    if not args.take_out and (args.plan is None or args.budget_s is None):
+        p.error("--plan and --budget-s are required (unless --take-out)")
+    return args
+
+
+def take_out(out: Path, target: str, dest: str) -> int:
+    try:
+        sha = lease.take_out(out, target, Path(dest))
+    except InputError as err:
+        print(f"gpu-lease: error: {err}", file=sys.stderr)
+        return 2
+    print(f"gpu-lease: {dest}: {target} from {out / lease.ARCHIVE}, sha256 {sha}")
+    return 0
 
 
 def interrupt(_signum: int, _frame: object) -> None:
@@ -75,6 +97,8 @@ def interrupt(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.take_out:
+        return take_out(Path(args.out), *args.take_out)
     # a scheduler's SIGTERM at its time limit: stop the group, pack, skip the rest
     signal.signal(signal.SIGTERM, interrupt)
     workdir = Path(args.directory).resolve()

@@ -202,6 +202,49 @@ def test_a_study_wide_file_target_is_packed_and_every_file_made_has_its_sha256(t
     made = (workdir / "results" / "predictions.csv").read_bytes()
     assert predict["sha256"] == {"results/predictions.csv": hashlib.sha256(made).hexdigest()}
     assert len(runs["sha256"]) == TINY_POINTS  # the rule name "predictions" is no file
+    # the prediction, taken out to be committed before the next call measures
+    dest = tmp_path / "examples" / "predicted.csv"
+    proc = gpu_lease("--out", out, "--take-out", "results/predictions.csv", dest)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert dest.read_bytes() == made and predict["sha256"]["results/predictions.csv"] in proc.stdout
+    proc = gpu_lease("--out", out)
+    assert proc.returncode == 2 and "--plan and --budget-s are required" in proc.stderr
+
+
+def lease_folder(tmp_path: Path, content: bytes = b"model,images_per_s\nresnet18,3079\n") -> Path:
+    """A lease folder whose one group made results/predictions.csv."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "results").mkdir(parents=True)
+    (work / "results" / "predictions.csv").write_bytes(content)
+    lease.pack(out / lease.ARCHIVE, work, [], ["results/predictions.csv"])
+    sha = lease.digests(["results/predictions.csv"], work)
+    (out / lease.RECORD).write_text(json.dumps({"groups": [{"name": "predict", "sha256": sha}]}))
+    return out
+
+
+def test_take_out_copies_the_recorded_bytes_and_refuses_anything_else(tmp_path):
+    out = lease_folder(tmp_path)
+    dest = tmp_path / "examples" / "predicted.csv"
+    sha = lease.take_out(out, "results/predictions.csv", dest)
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == sha
+    assert lease.take_out(out, "results/predictions.csv", dest) == sha  # same bytes: no-op
+
+    with pytest.raises(InputError, match=r"no group made 'results/prediction\.csv' \(made: "):
+        lease.take_out(out, "results/prediction.csv", tmp_path / "x.csv")
+    dest.write_text("edited by hand\n")
+    with pytest.raises(InputError, match="predicted.csv exists with other contents"):
+        lease.take_out(out, "results/predictions.csv", dest)
+
+    # an archive whose file is not the one the lease recorded (packed again after an edit)
+    record = (out / lease.RECORD).read_text()
+    other = lease_folder(tmp_path / "other", b"model,images_per_s\nresnet18,9999\n")
+    (other / lease.RECORD).write_text(record)
+    with pytest.raises(InputError, match=r"is not what group 'predict' made \(sha256 "):
+        lease.take_out(other, "results/predictions.csv", tmp_path / "y.csv")
+    assert not (tmp_path / "y.csv").exists()
+    (out / lease.RECORD).write_text("{")
+    with pytest.raises(InputError, match="lease.json: not a lease record"):
+        lease.take_out(out, "results/predictions.csv", tmp_path / "z.csv")
 
 
 def test_the_archives_extra_files_are_the_plans_file_targets_outside_the_env_folders():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import signal
@@ -247,6 +248,44 @@ def digests(targets: Iterable[str], workdir: Path) -> dict[str, str]:
         for t in targets
         if (workdir / t).is_file()
     }
+
+
+def take_out(out: Path, target: str, dest: Path) -> str:
+    """Copy the file target ``target`` out of lease folder ``out``'s archive to ``dest``,
+    refused unless its bytes are the ones ``lease.json`` recorded when its group made it
+    (a prediction committed from the archive is then the one the lease made). An existing
+    ``dest`` is only ever rewritten with the same bytes: a committed prediction is never
+    replaced. Returns the sha256."""
+    record_path, archive = Path(out) / RECORD, Path(out) / ARCHIVE
+    try:
+        rows = json.loads(record_path.read_text())["groups"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{record_path}: not a lease record ({err})") from None
+    recorded = {t: (row["name"], sha) for row in rows for t, sha in row.get("sha256", {}).items()}
+    if target not in recorded:
+        raise InputError(
+            f"{record_path}: no group made {target!r} "
+            f"(made: {', '.join(recorded) or 'no file target'})"
+        )
+    group, want = recorded[target]
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            member = tar.extractfile(target)
+            data = member.read() if member else None
+    except (OSError, tarfile.TarError, KeyError) as err:
+        raise InputError(f"{archive}: {target} cannot be read ({err})") from None
+    got = hashlib.sha256(data or b"").hexdigest()
+    if data is None or got != want:
+        raise InputError(
+            f"{archive}: {target} is not what group {group!r} made "
+            f"(sha256 {got[:12]}, lease.json {want[:12]})"
+        )
+    dest = Path(dest)
+    if dest.exists() and hashlib.sha256(dest.read_bytes()).hexdigest() != want:
+        raise InputError(f"{dest} exists with other contents: a prediction is never replaced")
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+    return want
 
 
 # ---------------------------------------------------------------- the lease
