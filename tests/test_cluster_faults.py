@@ -552,8 +552,13 @@ def test_a_killed_snakemakes_running_job_is_cancelled_when_the_config_says_so(
     run = snakemake(tmp_path, *profile, RUN_FILES[0], *config)
     log = run.stdout + run.stderr
     assert f"Cancelling 1 Slurm job(s) of an earlier snakemake here: {orphan}" in log
-    assert job_counts(log) == {"train": 1, "total": 1}, log[-3000:]
     train = [(j["id"], j["state"]) for j in sacct_jobs(tmp_path) if j["rule"] == "train"]
-    assert train[0] == (orphan, "CANCELLED") and [s for _, s in train[1:]] == ["COMPLETED"]
+    if "Nothing to be done" in log:
+        # a loaded host: the orphan finished its run between squeue and scancel; that run
+        # is kept, and no train job is submitted again
+        assert [job_id for job_id, _ in train] == [orphan], (train, log[-3000:])
+    else:
+        assert job_counts(log) == {"train": 1, "total": 1}, log[-3000:]
+        assert train[0] == (orphan, "CANCELLED") and [s for _, s in train[1:]] == ["COMPLETED"]
     [run] = (tmp_path / "results" / "cpu_a" / "runs").iterdir()
     assert json.loads(run.read_text())["status"] == "ok"
