@@ -82,3 +82,20 @@ def test_the_plans_expand_to_the_studys_files_and_fit_the_device_time(gpu):
     assert len(batch_128) == 8 and all(p.endswith("_bs128") for p in batch_128)
     spent = sum(g.estimate_s for g in predict) + sum(g.estimate_s for g in measure[:2])
     assert OUTSIDE_LEASES_S + spent <= DEVICE_S + 30, spent  # tight: README.md says so
+
+
+def test_every_gpu_lease_call_in_the_readme_parses_and_names_the_kits_files():
+    """The README's calls are run by hand inside a 30 s idle window: a flag that the
+    script does not take, or a kit file that is not there, would cost the machine."""
+    text = (KIT / "README.md").read_text().replace("\\\n", " ")
+    calls = re.findall(r"python scripts/gpu_lease\.py ([^&`\n]*)", text)
+    assert len(calls) == 2, calls  # call 1, and the take-out of its prediction
+    for call in calls:
+        args = gpu_lease.parse_args(call.split())
+        for path in [args.plan, *args.configfile]:
+            if path:
+                assert (ROOT / path).is_file(), path
+    take_out = gpu_lease.parse_args(calls[1].split()).take_out
+    assert take_out[0] == "results/predictions.csv"
+    plan = lease.load_plan(KIT / "lease_predict.yaml")
+    assert take_out[0] in [t for group in plan for t in group.targets]
