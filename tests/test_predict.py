@@ -492,6 +492,11 @@ def test_prediction_check_rows_per_method():
     assert by["roofline_datasheet"]["predicted_step_s"] == pytest.approx(0.005)
     assert by["roofline_measured"]["predicted_step_s"] == pytest.approx(0.010)
     assert by["per_op_roofline"]["predicted_step_s"] == pytest.approx(0.020)
+    # the toy ceilings hold roofs only, no roof GEMM or convolution to derive tables from
+    assert math.isnan(by["model_ceilings"]["predicted_step_s"])
+    assert by["model_ceilings"]["note"].startswith(
+        "model_ceilings: op-class tables derived from ceilings.json (no sweep): fp32 has no"
+    )
     assert by["model"]["predicted_step_s"] == pytest.approx(0.06405)
     assert by["model"]["predicted_images_per_s"] == pytest.approx(8 / 0.06405)
     # errors on step time, images/s beside them: 10 ms for 80 ms is -87.5%, and 800

@@ -242,6 +242,15 @@ def test_tiny_study_end_to_end(tiny_study):
     # on other families needs: no prediction, and the reason
     loo = [r for r in check if r["method"] == "model_loo"]
     assert len(loo) == TINY_POINTS and all(r["note"].startswith("no prediction") for r in loo)
+    # model_ceilings: the model without its sweep, on tables from the ceilings alone (their
+    # roof GEMMs, convolutions and STREAM): another prediction than the model's
+    models = ("model", "model_ceilings")
+    by_point = {(r["model"], r["method"]): float(r["predicted_step_s"])
+                for r in check if r["method"] in models}  # fmt: skip
+    for model in TINY["study"]["models"]:
+        name = model if isinstance(model, str) else model["name"]
+        ceilings_model = by_point[(name, "model_ceilings")]
+        assert ceilings_model > 0 and ceilings_model != by_point[(name, "model")]
     assert (results / "plots" / "prediction_parity.svg").stat().st_size > 1000
     assert "model.html" in report
     assert "Predicted, not measured." in (results / "report_sections" / "model.html").read_text()

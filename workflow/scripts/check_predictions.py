@@ -8,8 +8,9 @@
         --out results/prediction_check.csv
 
 One row per measured point (an ok run in metrics.csv) and method: roofline_datasheet,
-roofline_measured, per_op_roofline (from the complexity JSONs, ceilings and inventories),
-model (from predictions.csv) and model_loo (the model's device and host times rescaled
+roofline_measured, per_op_roofline, model_ceilings (the model on tables derived from the
+ceilings alone; from the complexity JSONs, ceilings and inventories), model (from
+predictions.csv) and model_loo (the model's device and host times rescaled
 on the env's runs of other model families). Measured: the medians over the point's ok
 runs of their median step and of their images/s; errors on step time, and on images/s
 beside them. With ``--ncu``, ``--classes-out`` gets the model's share of device time by

@@ -1,7 +1,8 @@
 """The model's parity plot: predicted against measured step time of every checked point,
-one marker per method (the model, model_loo and the roofline baselines), on log-log axes
-with the y = x line and a ±10% band around it. Step time, as the check scores its
-errors (docs/model.md), drawn in milliseconds so that the ticks read as plain numbers.
+one marker per method (the model, model_loo, model_ceilings and the roofline baselines),
+on log-log axes with the y = x line and a ±10% band around it. Step time, as the check
+scores its errors (docs/model.md), drawn in milliseconds so that the ticks read as plain
+numbers.
 
 Reads the rows of ``results/prediction_check.csv``: ``method``, ``predicted_step_s``
 and ``measured_step_s``.
@@ -30,13 +31,14 @@ METHOD_STYLES: dict[str, tuple[str, str]] = dict(
             ("v", "tab:gray"),
             ("^", "tab:orange"),
             ("s", "tab:purple"),
+            ("P", "tab:green"),
             ("D", "tab:brown"),
             ("o", "tab:blue"),
         ],
         strict=True,
     )
 )
-_SPARE_MARKERS = ("D", "P", "X", "*")
+_SPARE_MARKERS = ("X", "*", "h", "p")
 IDENTITY_GID = "parity-identity"
 BAND_GID = "parity-band"
 AXIS_X = "Measured step time, ms (median of the ok runs)"
