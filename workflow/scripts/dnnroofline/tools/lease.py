@@ -271,11 +271,11 @@ def take_out(out: Path, target: str, dest: Path) -> str:
     try:
         with tarfile.open(archive, "r:gz") as tar:
             member = tar.extractfile(target)
-            data = member.read() if member else None
+            data = member.read() if member else b""  # not a regular file: no match below
     except (OSError, tarfile.TarError, KeyError) as err:
         raise InputError(f"{archive}: {target} cannot be read ({err})") from None
-    got = hashlib.sha256(data or b"").hexdigest()
-    if data is None or got != want:
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
         raise InputError(
             f"{archive}: {target} is not what group {group!r} made "
             f"(sha256 {got[:12]}, lease.json {want[:12]})"
