@@ -377,6 +377,13 @@ def test_failed_runs_are_recorded_and_the_study_completes(fleet):
         if row["status"] != "ok":
             assert run_id in failed
     assert "Output size is too small" in failed and "can't allocate memory" in failed
+    # alexnet's runs give the complexity stage's plainer reason beside their own exception
+    reason = "could not record this model's step either: --arch 'alexnet' cannot train on 32x32"
+    assert reason in failed and "--arch 'resnet18'" not in failed
+    complexity = text_of(results / "report_sections" / "complexity.html")
+    not_counted = complexity.split("Not counted")[1].split("FLOPs by layer type")[0]
+    assert "alexnet 2 --arch 'alexnet' cannot train on 32x32 images" in not_counted
+    assert "resnet18" not in not_counted
     assert (results / "report.html").stat().st_size > 100_000
 
 

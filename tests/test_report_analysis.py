@@ -21,6 +21,7 @@ from report_fixtures import (
 from dnnroofline.perfmodel.levers import short_lever
 from dnnroofline.report import data, memory
 from dnnroofline.report.analysis import analysis_section, point
+from dnnroofline.report.complexity import complexity_section
 from dnnroofline.report.data import throughput_table
 from dnnroofline.report.design import design_section
 from dnnroofline.report.render import ENV
@@ -98,6 +99,39 @@ def test_failed_run_listed_with_message_and_excluded(inputs, sections):
     assert "oom" in row
     assert "CUDA out of memory &lt;script&gt;alert(1)&lt;/script&gt;" in row
     assert "999" not in analysis
+
+
+def test_a_failed_run_gives_the_complexity_stage_s_reason_where_it_has_one(inputs):
+    # resnet50 bs16 could not be counted either (as an image too small for it makes the
+    # complexity stage record); mobilenet_v2's counts are fine
+    for c in inputs["complexity"]:
+        if (c["arch"], c["batch_size"]) == ("resnet50", 16):
+            c.clear()
+            c.update(arch="resnet50", batch_size=16, status="error", flops=None,
+                     message="--arch 'resnet50' cannot train on 8x8 images <b>")  # fmt: skip
+    failed_mobilenet = {"run_id": "local_mobilenet_v2_fp32_bs8_run9", "env": "local",
+                        "model": "mobilenet_v2", "precision": "fp32", "batch_size": 8,
+                        "status": "error", "message": "RuntimeError: boom"}  # fmt: skip
+    inputs["metrics"] = pd.concat([inputs["metrics"], pd.DataFrame([failed_mobilenet])])
+    html = analysis_section(**{k: v for k, v in inputs.items() if k != "expected_runs"})
+    failed = html[html.index("<h2>Failed runs") : html.index("<h2>Missing runs")]
+    row = table_row(failed, "local_resnet50_fp32_bs16_run3")
+    assert "CUDA out of memory" in row
+    assert (
+        "<br>The complexity stage could not record this model's step either: "
+        "--arch &#39;resnet50&#39; cannot train on 8x8 images &lt;b&gt;" in row
+    )
+    assert "complexity stage" not in table_row(failed, "local_mobilenet_v2_fp32_bs8_run9")
+    # the complexity section lists the pair apart, with the reason, and counts the rest
+    html = complexity_section(inputs["complexity"])
+    caption = html.index("<caption>Not counted</caption>")
+    not_counted = html[caption : html.index("</table>", caption)]
+    assert "resnet50" in table_row(not_counted, "resnet50", "16")
+    assert "cannot train on 8x8 images &lt;b&gt;" in not_counted
+    assert "mobilenet_v2" not in not_counted
+    counted = html[html.index("</table>", caption) :]
+    assert table_row(counted, "mobilenet_v2", "16") and table_row(counted, "resnet50", "8")
+    assert "<td>resnet50</td><td class=num>16</td>" not in counted
 
 
 def test_missing_runs_listed(inputs, sections):

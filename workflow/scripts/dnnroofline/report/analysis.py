@@ -46,7 +46,7 @@ def facts(
         "scaling": env_compare.scaling_facts(config, tp, env_infos, m),
         "memory": memory.facts(config, m, cx, env_infos),
         "points": [point(r, pts, tp, cx, config, env_infos, ceilings) for r in data.records(pts)],
-        "failed": data.records(failed),
+        "failed": [{**r, "not_counted": not_counted(r, cx)} for r in data.records(failed)],
         "attempts": None if cluster_attempts is None else data.records(cluster_attempts),
         "n_expected": len(expected),
         "missing": [
@@ -55,6 +55,15 @@ def facts(
             for e in data.missing_runs(expected, m)
         ],
     }
+
+
+def not_counted(run: Mapping, cx: Mapping) -> str | None:
+    """The complexity stage's reason where it could not record a training step of this
+    run's (model, batch) either: often the cause of the run's own failure (an image too
+    small for the model), said more plainly than the run's raw exception."""
+    batch = run.get("batch_size")
+    c = cx.get((str(run.get("model")), int(batch))) if isnum(batch) else None
+    return c.get("message") if c and c.get("status") == "error" else None
 
 
 def summary(pts: pd.DataFrame) -> dict | None:

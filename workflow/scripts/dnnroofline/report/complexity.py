@@ -11,10 +11,18 @@ from dnnroofline.report.render import section
 
 
 def facts(complexity: Any, top_types: int = 4) -> dict:
-    """Table per (model, batch) of the analytic counts, and how they were counted."""
+    """Table per (model, batch) of the analytic counts, and how they were counted; the
+    (model, batch) pairs that could not be counted, each with the complexity stage's reason."""
     cx = data.complexity_index(complexity)
     rows, by_precision = [], []
+    not_counted = [
+        {"model": model, "batch": b, "message": c.get("message") or "(no message)"}
+        for (model, b), c in sorted(cx.items())
+        if c.get("status") == "error"
+    ]
     for (model, b), c in sorted(cx.items()):
+        if c.get("status") == "error":
+            continue
         fl = c.get("flops") or {}
         by = fl.get("by_layer_type") or {}
         tot = sum(data.layer_total(v) for v in by.values())
@@ -55,6 +63,7 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
                 )
     return {
         "rows": rows,
+        "not_counted": not_counted,
         "by_precision": by_precision,
         "methods": sorted({str(c.get("method")) for c in cx.values() if c.get("method")}),
         "reference_methods": sorted(
