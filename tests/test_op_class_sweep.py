@@ -17,6 +17,7 @@ from cpu_flags import has_bf16
 from dnnroofline.errors import InputError
 from dnnroofline.estimate import roofline
 from dnnroofline.estimate.op_classes import TABLE_KEYS
+from dnnroofline.measure import fresh_pages
 from dnnroofline.perfmodel import op_class_tables as oct_
 from dnnroofline.study import datasheet
 
@@ -360,6 +361,12 @@ def test_the_quick_sweep_measures_the_hosts_costs(quick_sweep):
     assert fixed["intercept_s"] > 0 and fixed["per_param_tensor_s"] >= 0
     assert [p["param_tensors"] for p in fixed["points"]] == [8, 64]
     assert dispatch["launch_s_per_op"] is None  # a CPU has no launch queue
+    # what an output fresh from the OS costs per byte, and from which size (none may pay)
+    fresh = dispatch["fresh_pages"]
+    assert fresh["s_per_byte"] >= 0 and len(fresh["probes"]) >= len(fresh_pages.PROBE_MIB)
+    assert fresh["threshold_bytes"] is None or fresh["threshold_bytes"] >= 2**20
+    tables = oct_.load_tables(quick_sweep[0], "efficiency.json")  # the model reads it
+    assert tables.rows["fp32"]["gemm"]
 
 
 def test_every_sweep_row_has_its_classes_inventory_features_and_its_flops(quick_sweep):

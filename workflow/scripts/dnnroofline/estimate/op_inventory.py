@@ -52,7 +52,8 @@ METHOD = (
     "(listed in uncounted_ops). Bytes: every tensor argument read in full, every output "
     "and in-place target written in full, each tensor once per op, no cache credit (an "
     "expanded argument counts its storage); views, allocations and metadata-only ops "
-    "dropped. Left out: the data loader, the host-to-device copy, allocator and launch "
+    "dropped; per op, the sizes of the outputs it allocates (fresh_bytes, 1 MiB and up). "
+    "Left out: the data loader, the host-to-device copy, allocator and launch "
     "work, and kernels a backend adds inside an op (cuDNN's layout transposes, workspace)."
 )
 

@@ -214,6 +214,8 @@ class OpInfo:
     bytes_read: int
     bytes_written: int
     shape: dict = field(default_factory=dict)
+    # the sizes of the outputs the op allocates (at least FRESH_FLOOR_BYTES)
+    fresh_bytes: list[int] = field(default_factory=list)
     reads: list[torch.Tensor] = field(default_factory=list, repr=False)
     writes: list[torch.Tensor] = field(default_factory=list, repr=False)
 
@@ -230,10 +232,16 @@ class OpInfo:
             "bytes_read": self.bytes_read,
             "bytes_written": self.bytes_written,
             "shape": self.shape,
+            **({"fresh_bytes": self.fresh_bytes} if self.fresh_bytes else {}),
         }
 
 
 # --------------------------------------------------------------------------- tensors
+
+
+#: Allocated outputs smaller than this are left out of an op's ``fresh_bytes``: no
+#: allocator maps smaller blocks from the OS on every call, and the list stays short.
+FRESH_FLOOR_BYTES = 2**20
 
 
 def base_name(func: Any) -> str:
@@ -282,6 +290,20 @@ def _written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     if base_name(func) in ("native_batch_norm", "cudnn_batch_norm") and args[5]:
         written.extend(tensors(args[3:5]))  # running stats: updated in place, schema silent
     return written
+
+
+def fresh_outputs(out: Any, kept: list[torch.Tensor]) -> list[int]:
+    """The sizes (bytes, at least :data:`FRESH_FLOOR_BYTES`, largest first) of the
+    tensors in ``out`` whose storage is none of ``kept``'s: the blocks a call allocated,
+    which a CPU pays for in pages fresh from the OS where they are large
+    (:mod:`dnnroofline.measure.fresh_pages`)."""
+    keep = {storage_key(t) for t in kept}
+    sizes = {
+        storage_key(t): int(t.untyped_storage().nbytes())
+        for t in tensors(out)
+        if storage_key(t) not in keep
+    }
+    return sorted((b for b in sizes.values() if b >= FRESH_FLOOR_BYTES), reverse=True)
 
 
 def is_view(func: Any) -> bool:
@@ -589,6 +611,7 @@ def describe(
         bytes_read=sum(nbytes(t) for t in ins),
         bytes_written=sum(nbytes(t) for t in outs),
         shape=shape,
+        fresh_bytes=fresh_outputs(returned, ins + written),
         reads=ins,
         writes=outs,
     )

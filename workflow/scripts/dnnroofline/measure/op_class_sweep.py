@@ -32,7 +32,7 @@ from typing import Any
 from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import TABLE_KEYS, TABLES_SCHEMA_VERSION
 from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
-from dnnroofline.measure import sweep_ops
+from dnnroofline.measure import fresh_pages, sweep_ops
 from dnnroofline.measure.timer import cudnn_benchmark, matmul_mode, time_repeats
 from dnnroofline.study.precisions import unsupported_reason
 
@@ -138,6 +138,8 @@ def time_rows(
     each op's inputs spread over twice ``cache_bytes`` (the device's last-level cache)."""
     import torch
 
+    from dnnroofline.estimate.op_rules import fresh_outputs
+
     rows_wanted = ROWS[mode]
     timing, window = TIMING[mode], WINDOW_S[mode]
     pool = sweep_ops.Pool(torch, device, POOL_ELEMENTS[mode])
@@ -166,6 +168,9 @@ def time_rows(
                         if op is None:
                             continue
                         seconds, ahead = _time_op(device, op, timing)
+                        # what a call allocates: the share of its time that is fresh
+                        # pages, taken out of it where the tables are read (CPU)
+                        fresh = fresh_outputs(op.call(), pool.buffers()) if device == "cpu" else []
                 except (RuntimeError, NotImplementedError) as exc:  # one op, not the sweep
                     notes.append(f"{p} {key}: failed, left out: {exc}")
                     continue
@@ -178,6 +183,7 @@ def time_rows(
                         "bytes": op.nbytes,
                         "seconds": seconds,
                         "what": op.what,
+                        **({"fresh_bytes": fresh} if fresh else {}),
                     }  # fmt: skip
                 )
     for p, by_key in rows.items():
@@ -225,6 +231,8 @@ def measure(
             raise InputError(f"{roofs_from}: no compute roof for precision {p!r} to sweep")
     mode = "quick" if quick else device
     dispatch = measure_dispatch(device, run, quick=quick)
+    if device == "cpu":  # a CUDA tensor comes from torch's caching allocator: none pays
+        dispatch["fresh_pages"] = fresh_pages.measure(torch)
     foreach = device == "cuda"  # torch's SGD picks foreach for CUDA tensors, not for CPU's
     cache = 0 if quick else cache_bytes or DEFAULT_CACHE_BYTES
     rows, notes = time_rows(device, run, roofs, t0 + budget_s, mode=mode,
@@ -323,7 +331,8 @@ def cached_measure(key_parts: Mapping, measure_fn: Any, *, use_cache: bool = Tru
             raise _Contended
         return fresh["doc"]
 
-    code = [Path(__file__), Path(sweep_ops.__file__), Path(__file__).with_name("dispatch.py")]
+    code = [Path(__file__), Path(sweep_ops.__file__), Path(fresh_pages.__file__),
+            Path(__file__).with_name("dispatch.py")]  # fmt: skip
     variant = json.dumps(key_parts, sort_keys=True)
     try:
         value = install_cache.kept_while_unchanged("efficiency_sweep", code, compute, variant)

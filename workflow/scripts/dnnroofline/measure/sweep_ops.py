@@ -78,6 +78,11 @@ class Pool:
             self._by_dtype[dtype] = t.to(dtype)
         return self._by_dtype[dtype]
 
+    def buffers(self) -> list[Any]:
+        """The buffers every input is a view of (an output in one of them is no
+        allocation)."""
+        return list(self._by_dtype.values())
+
     def take(self, shape: tuple, dtype: Any, offset: int, channels_last: bool = False) -> Any:
         """A view of ``shape`` (channels_last strides for a 4-d one where asked) at
         element ``offset`` of the buffer."""

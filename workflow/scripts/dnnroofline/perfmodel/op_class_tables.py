@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import FALLBACK_TABLE, TABLE_KEYS, TABLES_SCHEMA_VERSION
 from dnnroofline.estimate.roofline import ideal_seconds, roofs_from_ceilings
+from dnnroofline.measure import fresh_pages
 from dnnroofline.perfmodel import shape_fit
 from dnnroofline.study.precisions import operand_bytes, roof_names
 
@@ -164,10 +165,13 @@ class Tables:
         return self.rows[self._precision_name(precision)]
 
 
-def _load_rows(rows: Any, at: str, bare_s: float | None) -> tuple[dict, ...]:
+def _load_rows(
+    rows: Any, at: str, bare_s: float | None, fresh: Mapping | None = None
+) -> tuple[dict, ...]:
     """A table's rows, validated, each with its device efficiency: its seconds less
-    ``bare_s``, the host's cost per call, where given (at least
-    :data:`MIN_DEVICE_SHARE` of the call)."""
+    ``bare_s``, the host's cost per call, and less what its fresh outputs paid for pages
+    new from the OS (``fresh``, a CPU sweep's ``dispatch.fresh_pages``), where given (at
+    least :data:`MIN_DEVICE_SHARE` of the call)."""
     if not isinstance(rows, list):
         raise InputError(f"{at} must be a list of rows, got {type(rows).__name__}")
     out = []
@@ -176,9 +180,11 @@ def _load_rows(rows: Any, at: str, bare_s: float | None) -> tuple[dict, ...]:
             raise InputError(f"{at}[{i}] must be an object, got {row!r}")
         ideal = _positive(row.get("ideal_s"), f"{at}[{i}].ideal_s")
         eff = _positive(row.get("efficiency"), f"{at}[{i}].efficiency")
-        if bare_s and row.get("seconds"):
+        paged = fresh_pages.seconds(fresh_pages.fresh_bytes(row, f"{at}[{i}]"), fresh)
+        if (bare_s or paged) and row.get("seconds"):
             seconds = _positive(row["seconds"], f"{at}[{i}].seconds")
-            eff = ideal / max(seconds - bare_s, seconds * MIN_DEVICE_SHARE)
+            took = seconds - (bare_s or 0.0) - paged
+            eff = ideal / max(took, seconds * MIN_DEVICE_SHARE)
         out.append({**row, "ideal_s": ideal, "efficiency": eff})
     return tuple(out)
 
@@ -190,6 +196,23 @@ def _bare_seconds(dispatch: Mapping | None, device: str, key: str) -> float | No
         return None
     value = dispatch["bare_s"].get(TABLE_CLASS.get(key, key))
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def fresh_pages_of(dispatch: Mapping | None, device: str, where: str = "") -> Mapping | None:
+    """A CPU sweep's ``dispatch.fresh_pages`` (:mod:`dnnroofline.measure.fresh_pages`),
+    validated; None on another device or where it was not measured."""
+    block = (dispatch or {}).get("fresh_pages") if device == "cpu" else None
+    if block is None:
+        return None
+    at = f"{where}: dispatch.fresh_pages"
+    if not isinstance(block, Mapping):
+        raise InputError(f"{at} must be an object or null, got {block!r}")
+    threshold, per_byte = block.get("threshold_bytes"), block.get("s_per_byte")
+    if threshold is not None and not (isinstance(threshold, int) and threshold >= 0):
+        raise InputError(f"{at}.threshold_bytes must be a byte count or null, got {threshold!r}")
+    if not (isinstance(per_byte, (int, float)) and math.isfinite(per_byte) and per_byte >= 0):
+        raise InputError(f"{at}.s_per_byte must be seconds per byte (>= 0), got {per_byte!r}")
+    return block
 
 
 def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
@@ -208,6 +231,7 @@ def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
     if dispatch is not None and not isinstance(dispatch, Mapping):
         raise InputError(f"{where}: dispatch must be an object or null, got {dispatch!r}")
     device = str(doc.get("device") or "")
+    fresh = fresh_pages_of(dispatch, device, where)
     rows: dict[str, dict[str, tuple[dict, ...]]] = {}
     for p, by_key in tables.items():
         if p not in compute:
@@ -221,7 +245,7 @@ def load_tables(doc: Any, where: str = "efficiency.json") -> Tables:
                     f"{where}: tables.{p}.{key}: unknown table key ({', '.join(TABLE_KEYS)})"
                 )
             bare = _bare_seconds(dispatch, device, key)
-            rows[p][key] = _load_rows(table, f"{where}: tables.{p}.{key}", bare)
+            rows[p][key] = _load_rows(table, f"{where}: tables.{p}.{key}", bare, fresh)
     return Tables(
         where=where,
         source=str(doc.get("source", "?")),

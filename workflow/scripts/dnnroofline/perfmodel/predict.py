@@ -22,6 +22,7 @@ from typing import Protocol
 from dnnroofline.errors import InputError
 from dnnroofline.estimate.op_classes import OP_CLASSES, table_key
 from dnnroofline.estimate.roofline import bound_with_busy_share, check_positive, precision_roof
+from dnnroofline.measure import fresh_pages
 from dnnroofline.perfmodel.replay import Issue, replay
 from dnnroofline.study.precisions import roof_names
 
@@ -42,7 +43,9 @@ METHOD = (
     "on the env's sweep of ops drawn over shape ranges, read at the op's own shape "
     "(batch, channels, spatial size, kernel, stride, groups; m, n, k; elements, in place, "
     "broadcast...), never faster than the roof; device time = ideal_s / efficiency, on a "
-    "GPU at least the launch cost per call. Host time: each forward and backward op's "
+    "GPU at least the launch cost per call, on a CPU plus the measured cost per byte of "
+    "each output it allocates at or above the size the machine maps fresh from the OS "
+    "(fresh pages). Host time: each forward and backward op's "
     "measured cost with autograd, by class and phase, and the step's fixed costs "
     "(optimizer step with GradScaler under amp, zero_grad, the backward call) as "
     "measured for the model's number of parameter tensors. Step: on a CPU the sum of "
@@ -81,6 +84,7 @@ class HostCosts:
     per_op: Mapping[str, Mapping[str, float]]  # phase -> class -> seconds
     fixed_s: Mapping[str, tuple[float, float]]
     launch_s: float | None = None
+    fresh_pages: Mapping | None = None  # a CPU's cost of outputs in pages new from the OS
 
     @classmethod
     def from_dispatch(cls, dispatch: Mapping | None) -> HostCosts | None:
@@ -93,7 +97,9 @@ class HostCosts:
             for p, f in (dispatch.get("fixed") or {}).items()
         }
         launch = dispatch.get("launch_s_per_op")
-        return cls(dict(dispatch["host_s"]), fixed, float(launch) if launch else None)
+        fresh = dispatch.get("fresh_pages")
+        return cls(dict(dispatch["host_s"]), fixed, float(launch) if launch else None,
+                   fresh if isinstance(fresh, Mapping) else None)  # fmt: skip
 
     def op_s(self, phase: str, op_class: str) -> float:
         """Host seconds of one call; the optimizer's ops are in its fixed cost."""
@@ -148,6 +154,7 @@ class OpTime:
     roofline_s: float  # ideal_s / efficiency x count
     floor_s: float  # launch cost x count (GPU), else 0
     host_s: float  # the host's issue seconds x count
+    fresh_s: float = 0.0  # CPU: its outputs' pages new from the OS x count (in seconds)
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,7 @@ def inventory_ops(inventory: Mapping, where: str = "op inventory") -> list[Mappi
             _count(op, key, at)
         if _count(op, "count", at) < 1:
             raise InputError(f"{at}: count must be >= 1")
+        fresh_pages.fresh_bytes(op, at)
     return ops
 
 
@@ -250,6 +258,7 @@ def time_ops(
     at least its count x the launch cost) and host time."""
     roof_c, roof_m = machine.compute_roof(precision), machine.memory
     launch = machine.host.launch_s if machine.host and machine.device != "cpu" else None
+    paging = machine.host.fresh_pages if machine.host and machine.device == "cpu" else None
     ideal_bound = [op_ideal_s(op, roof_c, roof_m) for op in ops]
     effs = _efficiencies(ops, [i for i, _ in ideal_bound], machine, precision, notes or [])
     out = []
@@ -258,10 +267,12 @@ def time_ops(
         roofline_s = ideal / eff * op["count"]
         floor_s = (launch or 0.0) * op["count"]
         host_s = machine.host.op_s(phase, op["class"]) * op["count"] if machine.host else 0.0
+        fresh_s = fresh_pages.seconds(op.get("fresh_bytes") or (), paging) * op["count"]
         out.append(
             OpTime(str(op.get("name")), op["class"], phase, table_key(op), used, op["count"],
-                   ideal, eff, max(roofline_s, floor_s),
-                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s)
+                   ideal, eff, max(roofline_s + fresh_s, floor_s),
+                   "host" if floor_s > roofline_s else op_bound, roofline_s, floor_s, host_s,
+                   fresh_s)
         )  # fmt: skip
     return out
 
@@ -395,7 +406,10 @@ def _interval(
         factor = {
             k: math.exp(rng.choice(rs if len(rs) >= 2 else pooled)) for k, rs in residuals.items()
         }
-        scaled = [replace(o, seconds=max(o.roofline_s * factor[o.key], o.floor_s)) for o in ops]
+        scaled = [
+            replace(o, seconds=max(o.roofline_s * factor[o.key] + o.fresh_s, o.floor_s))
+            for o in ops
+        ]
         steps.append(_step_s(inventory, scaled, machine, fixed_s)[0])
     median = quantile(steps, 0.5)
     lo_q, hi_q = INTERVAL_QUANTILES
