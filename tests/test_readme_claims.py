@@ -288,6 +288,25 @@ def test_the_model_paragraph_is_model_error_json():
     assert f"on the default study's {number} points {default_model['mape_pct']:.1f}%" in text
 
 
+def fresh_pages_vgg11() -> tuple[dict, float, float, str]:
+    """benchmarks/results/fresh_pages.json: its block, vgg11's error at its smallest batch
+    without and with the charge, and that batch."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "fresh_pages.json").read_text())
+    errors = {}
+    for arm in ("without", "with"):
+        rows = [r for r in data["arms"][arm]["model_rows"] if r["model"] == "vgg11"]
+        errors[arm] = min(rows, key=lambda r: r["batch"])
+    batch = errors["with"]["batch"]
+    return data["fresh_pages"], errors["without"]["error_pct"], errors["with"]["error_pct"], batch
+
+
+def test_the_fresh_pages_sentence_is_fresh_pages_json():
+    block, without, with_, batch = fresh_pages_vgg11()
+    text = flat(section("Predict before you run"))
+    assert f"(over {block['threshold_bytes'] // 2**20} MiB)" in text
+    assert f"vgg11 at batch {batch} from {without:.1f}% to {with_:.1f}% side by side" in text
+
+
 def model_backed() -> set[str]:
     data = model_error()
     zoo, default = data["zoo"], data["default"]
@@ -300,6 +319,9 @@ def model_backed() -> set[str]:
     backed |= {f"{summary(zoo, 'roofline_measured')['mape_pct']:.1f}"}
     backed |= {f"{summary(default, 'model')['mape_pct']:.1f}"}
     backed |= tokens(max(rows, key=lambda r: abs(r["error_pct"]))["model"])  # vgg11
+    block, without, with_, batch = fresh_pages_vgg11()
+    backed |= {str(block["threshold_bytes"] // 2**20), f"{-without:.1f}", f"{-with_:.1f}"}
+    backed |= {str(batch), "2026", "12", "07"}  # the benchmark's date, its section's name
     # the host and the date: the same run's make_study.json says both
     note = make_study()["note"]
     return backed | {"2"} | set(re.search(r"\d{4}-\d\d-\d\d", note).group(0).split("-"))
