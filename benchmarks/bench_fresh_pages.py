@@ -19,28 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
-from bench_model_error import ROOT, TARGETS, run_study, summary_table
+from bench_model_error import run_study, summary_table
 
 from dnnroofline.perfmodel.scoring import check_summary
-
-
-def recheck(work: Path) -> pd.DataFrame:
-    """The study's predictions and check made again from its files as they are now."""
-    snakemake = str(Path(sys.executable).parent / "snakemake")
-    cmd = [snakemake, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile",
-           str(work / "config.yaml"), "--cores", "2", *TARGETS]  # fmt: skip
-    env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        sys.exit(f"snakemake failed:\n{proc.stderr[-4000:]}")
-    return pd.read_csv(work / "results" / "prediction_check.csv")
 
 
 def model_rows(check: pd.DataFrame) -> pd.DataFrame:
@@ -61,7 +47,7 @@ def main() -> int:
     doc = json.loads(efficiency.read_text())
     block = doc["dispatch"].pop("fresh_pages")
     efficiency.write_text(json.dumps(doc, indent=1))
-    without_check = recheck(work)
+    without_check, _, _ = run_study("zoo", work, args.cores)  # reruns predictions and check
     arms = {"with": with_check, "without": without_check}
     report = {
         **times,

@@ -148,7 +148,7 @@ def ceilings_model_step_s(
     source = f"op-class tables derived from {where} (no sweep)"
     try:
         machine = machine_of(oct_.tables_from_ceilings(ceilings, where), source)
-        return pr.predict_step(inventory, machine, point[2], where).step_s
+        return pr.predict_step(inventory, machine, point[2], where, with_interval=False).step_s
     except InputError as exc:
         raise NoRoof(f"{CEILINGS_MODEL}: {exc}") from None
 

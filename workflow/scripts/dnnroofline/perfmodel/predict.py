@@ -320,9 +320,15 @@ def _time_by_bound(ops: Sequence[OpTime], step_s: float, device_s: float, cpu: b
 
 
 def predict_step(
-    inventory: Mapping, machine: Machine, precision: str, where: str = "op inventory"
+    inventory: Mapping,
+    machine: Machine,
+    precision: str,
+    where: str = "op inventory",
+    *,
+    with_interval: bool = True,
 ) -> Prediction:
-    """The predicted training step of one inventory on one machine (:data:`METHOD`)."""
+    """The predicted training step of one inventory on one machine (:data:`METHOD`);
+    ``with_interval=False`` leaves out the interval (its draws are nearly all the cost)."""
     notes: list[str] = []
     ops = time_ops(inventory_ops(inventory, where), machine, precision, notes)
     batch = _batch(inventory, where)
@@ -357,7 +363,11 @@ def predict_step(
         time_by_bound=by_bound,
         time_by_class=by_class,
         top_classes=shares[:TOP_CLASSES],
-        interval=_interval(inventory, ops, machine, step, precision, fixed or 0.0, notes),
+        interval=(
+            _interval(inventory, ops, machine, step, precision, fixed or 0.0, notes)
+            if with_interval
+            else None
+        ),
         notes=notes,
         ops=ops,
     )

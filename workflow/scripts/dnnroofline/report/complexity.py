@@ -14,14 +14,11 @@ def facts(complexity: Any, top_types: int = 4) -> dict:
     """Table per (model, batch) of the analytic counts, and how they were counted; the
     (model, batch) pairs that could not be counted, each with the complexity stage's reason."""
     cx = data.complexity_index(complexity)
-    rows, by_precision = [], []
-    not_counted = [
-        {"model": model, "batch": b, "message": c.get("message") or "(no message)"}
-        for (model, b), c in sorted(cx.items())
-        if c.get("status") == "error"
-    ]
+    rows, by_precision, not_counted = [], [], []
     for (model, b), c in sorted(cx.items()):
         if c.get("status") == "error":
+            message = c.get("message") or "(no message)"
+            not_counted.append({"model": model, "batch": b, "message": message})
             continue
         fl = c.get("flops") or {}
         by = fl.get("by_layer_type") or {}
