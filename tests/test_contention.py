@@ -121,3 +121,18 @@ def test_report_and_terminal_say_when_the_machine_was_busy():
     quiet = study_summary(make_metrics(), make_points(), {"local": {"other_load": None}})
     assert "busy" not in quiet
     assert "other processes kept 0.90 of its 2 logical CPUs busy" in contended_note(0.9, 2)
+
+
+def test_a_run_records_the_pages_its_timed_steps_faulted_in_and_their_kernel_time():
+    run = make_run("local", "resnet18", "fp32", 8, 1)
+    run["step_time_s"]["all"] = [0.1] * 4
+    run["timed_region"] = {"minor_faults": 2048, "page_bytes": 4096, "user_s": 0.3, "sys_s": 0.1}
+    row = aggregate.run_row(run)
+    assert row["fault_mib_per_step"] == 2.0  # 2048 pages of 4 KiB over 4 steps
+    assert row["timed_sys_share"] == 0.25
+    unrecorded = aggregate.run_row(make_run("local", "resnet18", "fp32", 8, 2))
+    assert math.isnan(unrecorded["fault_mib_per_step"])
+    assert math.isnan(unrecorded["timed_sys_share"])
+    run["timed_region"]["minor_faults"] = "many"
+    with pytest.raises(InputError, match="timed_region.minor_faults must be a number"):
+        aggregate.run_row(run, "results/local/runs/x.json")

@@ -107,3 +107,13 @@ def test_the_one_line_is_the_first_lever():
     assert one_line(levers(f), f) == "near its roof: only a higher roof helps (amp tensor cores)"
     assert short_lever("memory", 0.5, True).startswith("fix the numbers first")
     assert short_lever(None, 0.5) == "unknown bound"
+
+
+def test_a_cpu_step_that_faults_in_its_memory_every_step_has_the_allocator_as_a_lever():
+    paged = lever("page_faults", **CPU_FP32, paging=(30.0, 0.12))
+    assert paged == {"kind": "page_faults", "mib": 30.0, "sys_share": 0.12}
+    assert "page_faults" not in kinds(**CPU_FP32, paging=(0.5, 0.12))  # a few pages
+    assert "page_faults" not in kinds(**CPU_FP32, paging=(30.0, 0.01))  # cheap ones
+    assert "page_faults" not in kinds(**CPU_FP32)  # not recorded
+    on_gpu = {**CPU_FP32, "device": "cuda", "paging": (30.0, 0.12)}  # its caching allocator
+    assert "page_faults" not in kinds(**on_gpu)

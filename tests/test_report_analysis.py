@@ -53,6 +53,18 @@ def test_more_threads_counts_every_process_of_a_data_parallel_env(inputs, thread
         assert "more threads" not in compute
 
 
+def test_a_cpu_point_whose_steps_fault_in_their_memory_names_the_allocator(inputs):
+    m = inputs["metrics"]
+    sel = (m["model"] == "resnet50") & (m["batch_size"] == 8)
+    m.loc[sel, "fault_mib_per_step"], m.loc[sel, "timed_sys_share"] = 42.0, 0.12
+    html = analysis_section(**{k: v for k, v in inputs.items() if k != "config"},
+                            config=inputs["config"])  # fmt: skip
+    words = re.sub(r"\s+", " ", block(html, "local · resnet50 · fp32 · bs 8"))
+    assert "the timed steps faulted in 42.0 MiB a step, and 12.0% of their CPU time" in words
+    assert "MALLOC_TRIM_THRESHOLD_" in words
+    assert "faulted in" not in block(html, "local · mobilenet_v2 · fp32 · bs 8")  # not recorded
+
+
 def test_efficiency_and_gap(sections):
     html = sections["analysis.html"]
     compute = block(html, "local · resnet50 · fp32 · bs 8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,8 @@ def test_cli_synthetic_run_follows_contract(tmp_path):
     assert rec["numerics"]["autocast_dtype"] is None
     assert rec["numerics"]["cuda_matmul_allow_tf32"] is False
     assert rec["numerics"]["seed"] == train.SEED
+    assert rec["timed_region"]["page_bytes"] == resource.getpagesize()
+    assert isinstance(rec["timed_region"]["minor_faults"], int)
     load = rec["timed_region"]["other_load"]  # other processes' CPUs while it was timed
     assert set(load) == {"other_processes_cpus", "steal_cpus", "wall_s"}
     assert load["other_processes_cpus"] >= 0 and load["wall_s"] > 0
@@ -544,6 +547,30 @@ def test_timed_loop_splits_data_wait_from_compute(monkeypatch):
     assert times.warmup_s == 2 * (batch_s + step_s)
     assert times.first_step_s == batch_s + step_s
     assert times.timer == "perf_counter"
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_timed_loop_counts_the_pages_its_steps_fault_in(fresh):
+    """A step that writes 64 MiB new from the OS (above glibc's largest mmap threshold,
+    32 MiB: mapped afresh on every allocation) faults in all of it every step; one that
+    writes into a tensor it keeps faults in next to nothing."""
+    size = 64 * 2**20
+    kept = torch.empty(size // 4)
+    kept.fill_(0.0)  # its pages are in before the warm-up
+
+    def step(_x, _y):
+        (torch.empty(size // 4) if fresh else kept).fill_(1.0)
+
+    setup = train.Setup(
+        resolved=_resolved(), model=None, optimizer=None, step=step,
+        next_batch=lambda: (None, None), numerics={},
+    )  # fmt: skip
+    times = train.timed_loop(setup, warmup_iters=1, iters=4)
+    faulted = times.timed_minor_faults * resource.getpagesize()
+    if fresh:
+        assert faulted >= 4 * size * 0.9
+    else:
+        assert faulted < size / 8
 
 
 def test_make_step_trains_and_clears_grads():

@@ -53,6 +53,8 @@ METRICS_COLUMNS = [
     "peak_power_w",
     "energy_source",
     "contention_cpus",
+    "fault_mib_per_step",
+    "timed_sys_share",
     "wall_s",
     "user_s",
     "sys_s",
@@ -74,6 +76,8 @@ _RUN_PERF_COLUMNS = [
     "data_wait_median_s",
     *ENERGY_COLUMNS,
     "contention_cpus",
+    "fault_mib_per_step",
+    "timed_sys_share",
 ]
 _METRICS_FLOAT = _RUN_PERF_COLUMNS + ["wall_s", "user_s", "sys_s", "start_time", "end_time"]
 _METRICS_INT_NULLABLE = [
@@ -177,6 +181,7 @@ def run_row(run: Mapping, where: str = "run") -> dict:
         ),
         **_energy_fields(run, where),
         "contention_cpus": _contention_cpus(run, where),
+        **_paging_fields(run, where),
     }
     # rss_before_model_bytes: the runtime's RSS before the model was built (null in runs
     # recorded before it was, and in a data-parallel run's merged record)
@@ -208,6 +213,26 @@ def _contention_cpus(run: Mapping, where: str) -> float:
     others = _num(dig(run, *key, "other_processes_cpus"), f"{where}: other_processes_cpus")
     steal = _num(dig(run, *key, "steal_cpus"), f"{where}: steal_cpus")
     return others + (0.0 if math.isnan(steal) else steal)
+
+
+def _paging_fields(run: Mapping, where: str) -> dict:
+    """The timed steps' memory new from the OS per step (minor page faults x page size:
+    at least that much, a huge page faulting 2 MiB at once) and their share of CPU time
+    in the kernel, where zeroing those pages is spent (NaN: not recorded, as in runs from
+    before it was)."""
+    region = run.get("timed_region") or {}
+    faults = _num(dig(region, "minor_faults"), f"{where}: timed_region.minor_faults")
+    page = _num(dig(region, "page_bytes"), f"{where}: timed_region.page_bytes")
+    steps = dig(run, "step_time_s", "all")
+    per_step = (
+        faults * page / len(steps) / 2**20
+        if isinstance(steps, list) and steps and not math.isnan(faults + page)
+        else math.nan
+    )
+    user = _num(dig(region, "user_s"), f"{where}: timed_region.user_s")
+    sys_s = _num(dig(region, "sys_s"), f"{where}: timed_region.sys_s")
+    cpu = user + sys_s
+    return {"fault_mib_per_step": per_step, "timed_sys_share": sys_s / cpu if cpu > 0 else math.nan}
 
 
 def _energy_fields(run: Mapping, where: str) -> dict:

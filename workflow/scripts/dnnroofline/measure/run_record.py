@@ -184,6 +184,8 @@ def timing_fields(times: Any, batch_size: int) -> dict[str, Any]:
             "wall_s": times.timed_wall_s,
             "user_s": times.timed_user_s,
             "sys_s": times.timed_sys_s,
+            "minor_faults": times.timed_minor_faults,
+            "page_bytes": resource.getpagesize(),
             "steps_sum_s": sum(times.step_s),
             "other_load": times.other_load,
         },

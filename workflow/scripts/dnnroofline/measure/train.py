@@ -341,6 +341,8 @@ class LoopTimes:
     timed_wall_s: float  # host wall time of the timed region, final sync included
     timed_user_s: float
     timed_sys_s: float
+    # pages the timed steps touched first (RUSAGE_SELF ru_minflt): memory new from the OS
+    timed_minor_faults: int = 0
     other_load: dict | None = None  # other processes' CPU use meanwhile (contention.py)
 
 
@@ -501,6 +503,7 @@ def timed_loop(
         timed_wall_s=steps.wall_s,
         timed_user_s=ru1.ru_utime - ru0.ru_utime,
         timed_sys_s=ru1.ru_stime - ru0.ru_stime,
+        timed_minor_faults=ru1.ru_minflt - ru0.ru_minflt,
         other_load=other_load,
     )
 

@@ -30,6 +30,10 @@ LOW_EFFICIENCY = 0.30
 HIGH_EFFICIENCY = 0.70
 #: Over this share of the step waiting for data, data loading is a lever.
 HIGH_DATA_WAIT = 0.10
+#: A CPU step that faults in at least this much memory new from the OS per step (MiB),
+#: and spends at least this share of its CPU time in the kernel, pays for pages that
+#: the allocator gave back: keeping them is a lever.
+PAGING_MIB, PAGING_SYS_SHARE = 1.0, 0.05
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class PointFacts:
     min_bytes: tuple[float, float] | None = None  # min DRAM bytes/step: own, half precision
     higher_roofs: Sequence[dict] = ()  # [{precision, roof}] of higher compute roofs
     data_wait_share: float | None = None
+    # the timed steps' memory new from the OS (MiB per step) and kernel share of CPU time
+    paging: tuple[float, float] | None = None
 
 
 def _tensor_core_lever(f: PointFacts) -> dict | None:
@@ -129,6 +135,10 @@ def levers(f: PointFacts) -> list[dict]:
                                            "cuda": f.device == "cuda"})  # fmt: skip
     if isnum(f.data_wait_share) and float(f.data_wait_share) > HIGH_DATA_WAIT:
         moves.append({"kind": "data_loading", "share": float(f.data_wait_share)})
+    if f.device == "cpu" and f.paging and all(isnum(v) for v in f.paging):
+        mib, share = (float(v) for v in f.paging)
+        if mib >= PAGING_MIB and share >= PAGING_SYS_SHARE:
+            moves.append({"kind": "page_faults", "mib": mib, "sys_share": share})
     return moves
 
 

@@ -119,6 +119,7 @@ def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> lev
     cores = info.get("cpu_cores_physical")
     flags = info.get("cpu_flags")
     wait = tp_row["data_wait_share"] if tp_row else None
+    paging = (tp_row.get("fault_mib_per_step"), tp_row.get("timed_sys_share")) if tp_row else None
     higher = roofline.higher_compute_roofs(data.valid_roofs(ceilings.get(env)), prec)
     return levers.PointFacts(
         bound=r["bound_"],
@@ -138,6 +139,7 @@ def lever_facts(r: Mapping, pts, tp_row, cx, config, env_infos, ceilings) -> lev
         min_bytes=pair if all(isnum(v) for v in pair) else None,
         higher_roofs=[{"precision": p, "roof": roof.value} for p, roof in higher],
         data_wait_share=wait if isnum(wait) else None,
+        paging=paging if paging and all(isnum(v) for v in paging) else None,
     )
 
 

@@ -246,7 +246,8 @@ def missing_runs(expected: list[dict], metrics: pd.DataFrame) -> list[dict]:
 
 def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per (env, model, precision, batch) over ok runs only: images/s (at the median of
-    the runs' median steps, as roofline_points.csv) and the step-time spread."""
+    the runs' median steps, as roofline_points.csv), the step-time spread, and the runs'
+    median page faults per step and kernel share of CPU time."""
     m = ok_runs(metrics)
     cols = GROUP + [
         "n_ok",
@@ -261,6 +262,8 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
         "data_wait_share",
         "noisy",
         "contention_cpus_max",
+        "fault_mib_per_step",
+        "timed_sys_share",
     ]
     if m.empty:
         return pd.DataFrame(columns=cols)
@@ -289,6 +292,8 @@ def throughput_table(metrics: pd.DataFrame) -> pd.DataFrame:
                 share,
                 bool(noisy),
                 g["contention_cpus"].max(),  # NaN when no run recorded it
+                g["fault_mib_per_step"].median(),
+                g["timed_sys_share"].median(),
             ]
         )
     return pd.DataFrame(rows, columns=cols)
