@@ -399,6 +399,28 @@ def test_the_sweep_draws_over_ranges_seeded():
     assert all(low <= s["n"] <= high for s in shapes)
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_the_sweep_draws_maps_smaller_than_the_kernel_as_a_last_stage_runs_them(depthwise):
+    """A 3x3 on 2x2, a 5x5 depthwise on 4x4: what a network's last stages run at small
+    images, and the slowest per FLOP on a CPU. Such a layer is drawn, and it runs with
+    the output size the row records."""
+    import torch
+
+    from dnnroofline.measure import sweep_ops
+
+    draw = sweep_ops.Draw(random.Random("fp32"), sweep_ops.RANGES["cpu"])
+    shapes = [sweep_ops.conv_shape(draw, depthwise, True) for _ in range(400)]
+    inside = [s for s in shapes if s["h"] < s["kh"]]
+    assert 0.03 < len(inside) / len(shapes) < 0.5, len(inside)
+    pool = sweep_ops.Pool(torch, "cpu", 2**20)
+    setting = sweep_ops.Setting(torch, pool, "fp32", False)
+    s = min(inside, key=lambda s: s["n"] * s["c_in"] * s["c_out"])
+    y = sweep_ops.conv_op(setting, s, False, "conv").call()
+    assert tuple(y.shape) == (s["n"], s["c_out"], s["h_out"], s["w_out"])
+    _, grad_weight, _ = sweep_ops.conv_op(setting, s, True, "conv").call()
+    assert tuple(grad_weight.shape) == (s["c_out"], s["c_in"] // s["groups"], s["kh"], s["kw"])
+
+
 def test_a_sweep_is_kept_per_machine_and_a_second_study_reuses_it(tmp_path, monkeypatch):
     from dnnroofline.measure import op_class_sweep as efficiency
 

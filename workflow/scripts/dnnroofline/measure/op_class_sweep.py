@@ -47,8 +47,8 @@ TIMING: dict[str, dict] = {
 BUDGET_S = {"cpu": 100.0, "cuda": 170.0}
 #: Rows per table and precision, per device (quick: tests).
 ROWS: dict[str, dict[str, int]] = {
-    "cpu": {"conv_fwd": 80, "conv_bwd": 80, "conv_depthwise_fwd": 30, "conv_depthwise_bwd": 30,
-            "gemm": 25, "elementwise": 40, "reduction": 12, "normalization": 20, "pooling": 12,
+    "cpu": {"conv_fwd": 80, "conv_bwd": 80, "conv_depthwise_fwd": 60, "conv_depthwise_bwd": 60,
+            "gemm": 25, "elementwise": 40, "reduction": 12, "normalization": 48, "pooling": 12,
             "copy": 15, "optimizer": 12},
     "cuda": {"conv_fwd": 60, "conv_bwd": 60, "conv_depthwise_fwd": 20, "conv_depthwise_bwd": 20,
              "gemm": 40, "elementwise": 40, "reduction": 12, "normalization": 20, "pooling": 12,

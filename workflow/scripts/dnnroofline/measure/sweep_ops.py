@@ -198,7 +198,10 @@ def conv_shape(d: Draw, depthwise: bool, backward: bool) -> dict:
     """A convolution's inventory shape: dense or grouped (one in six), or depthwise."""
     k = d.pick(KERNELS if not depthwise else (3, 3, 5, 7))
     stride = d.pick((1, 1, 2))
-    hw = d.size("hw", lo=k)
+    # padded by k // 2, a map smaller than the kernel is a layer too: a network's last
+    # stages at small images run them (a 3x3 on 2x2, a 5x5 depthwise on 4x4), slowest
+    # of all per FLOP on a CPU
+    hw = d.size("hw")
     if depthwise:
         c = co = groups = d.size("dw_c")
     else:
