@@ -67,11 +67,14 @@ def study_config(name: str) -> dict:
     return config
 
 
-def run_study(name: str, work: Path, cores: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """The study's prediction_check.csv, predictions.csv and its times."""
+def run_study(
+    name: str, work: Path, cores: int, config: dict | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The study's prediction_check.csv, predictions.csv and its times (``config``: the
+    study's, else :func:`study_config` of ``name``)."""
     work.mkdir(parents=True, exist_ok=True)
     cfg = work / "config.yaml"
-    cfg.write_text(yaml.safe_dump(study_config(name), sort_keys=False))
+    cfg.write_text(yaml.safe_dump(config or study_config(name), sort_keys=False))
     snakemake = str(Path(sys.executable).parent / "snakemake")
     cmd = [snakemake, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(cfg)]
     cmd += ["--cores", str(cores)] + ([] if name == "default" else TARGETS)
