@@ -2,9 +2,10 @@
 
     python benchmarks/bench_page_faults.py [--out benchmarks/results/page_faults.json]
 
-Real timed runs (workflow/scripts/run_train.py, synthetic data, fp32, 64 px, batch 8, 3
-warm-up and 20 timed steps) of :data:`MODELS` under three allocator settings, in turn
-and twice over (the host is shared: an arm's two rounds show its drift):
+Real timed runs (workflow/scripts/run_train.py, synthetic data, fp32, batch 8, 3 warm-up
+and 20 timed steps) of :data:`CONFIGS` (the zoo's size, 64 px, and the default study's,
+128 px) under three allocator settings, in turn and twice over (the host is shared: an
+arm's two rounds show its drift):
 
 * ``default``: glibc's malloc as it comes;
 * ``trim``: ``MALLOC_TRIM_THRESHOLD_`` above any step's memory, so that glibc keeps at
@@ -32,7 +33,11 @@ from pathlib import Path
 from dnnroofline.aggregate.metrics import run_row
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["mobilenet_v2", "shufflenet_v2_x1_0", "efficientnet_b0", "mnasnet0_5", "resnet18"]
+CONFIGS = [
+    *((m, 64) for m in ("mobilenet_v2", "shufflenet_v2_x1_0", "efficientnet_b0", "mnasnet0_5",
+                        "resnet18")),
+    *((m, 128) for m in ("mobilenet_v2", "resnet18", "resnet50")),
+]  # fmt: skip
 ARMS = {
     "default": {},
     "trim": {"MALLOC_TRIM_THRESHOLD_": str(2**40)},
@@ -40,10 +45,11 @@ ARMS = {
 }
 
 
-def timed_run(model: str, arm: str, out: Path) -> dict:
+def timed_run(model: str, image_size: int, arm: str, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     cmd = [sys.executable, str(ROOT / "workflow" / "scripts" / "run_train.py"), "--arch", model,
-           "--batch-size", "8", "--image-size", "64", "--warmup-iters", "3", "--iters", "20",
+           "--batch-size", "8", "--image-size", str(image_size), "--warmup-iters", "3",
+           "--iters", "20",
            "--synthetic", "--env", "local", "--run-id", f"local_{model}_fp32_bs8_run1",
            "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, env={**env, **ARMS[arm]})
@@ -60,25 +66,24 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="page-faults-"))
     runs: list[dict] = []
     for round_no in (1, 2):
-        for model in MODELS:
+        for model, size in CONFIGS:
             for arm in ARMS:
-                out = work / f"{model}_{arm}_{round_no}.json"
-                runs.append({"round": round_no, "model": model, "arm": arm,
-                             **timed_run(model, arm, out)})  # fmt: skip
+                out = work / f"{model}_{size}_{arm}_{round_no}.json"
+                runs.append({"round": round_no, "model": model, "image_size": size, "arm": arm,
+                             **timed_run(model, size, arm, out)})  # fmt: skip
     keys = ("step_s", "fault_mib_per_step", "timed_sys_share")
+
+    def median(model: str, size: int, arm: str, key: str) -> float:
+        of = [r[key] for r in runs if (r["model"], r["image_size"], r["arm"]) == (model, size, arm)]
+        return statistics.median(of)
+
     table = {
-        model: {
-            arm: {
-                k: statistics.median(r[k] for r in runs if (r["model"], r["arm"]) == (model, arm))
-                for k in keys
-            }
-            for arm in ARMS
-        }
-        for model in MODELS
+        f"{model} {size} px": {arm: {k: median(model, size, arm, k) for k in keys} for arm in ARMS}
+        for model, size in CONFIGS
     }
     doc = {"arms": ARMS, "runs": runs, "median": table}
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print("| model | arm | step (median of 2) | vs default | faulted per step | kernel share |")
+    print("| config | arm | step (median of 2) | vs default | faulted per step | kernel share |")
     print("|---|---|---:|---:|---:|---:|")
     for model, arms in table.items():
         base = arms["default"]["step_s"]
