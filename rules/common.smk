@@ -13,7 +13,7 @@ from dnnroofline.estimate.op_classes import STEP_VARIANTS, step_variant
 from dnnroofline.report import COMPARE_CATEGORY, COMPARE_SECTION, SECTION_FILES
 from dnnroofline.report import SECTION_NAMES, section_file
 from dnnroofline.report import SECTIONS as REPORT_SECTIONS
-from dnnroofline.study import cluster as slurm, jobs, targets
+from dnnroofline.study import cluster as slurm, environment, jobs, targets
 from dnnroofline.study.config import alternation
 from dnnroofline.study.copied import find_copied_envs
 from dnnroofline.study.identity import CONFIG_KEY_PATTERN, config_file, config_key
@@ -191,10 +191,12 @@ def env_declared_flags(wildcards):
     return jobs.declared_machine_flags(config["envs"][wildcards.menv])
 
 
-def env_check_flags(wildcards):
-    """The machine check's flags of a measurement (dnnroofline.measure.machine_check)."""
+def env_measurement_flags(wildcards):
+    """What the env declares, as the flags of its ceilings and sweep: its machine (the
+    check of dnnroofline.measure.machine_check) and its environment variables."""
     spec = config["envs"][wildcards.menv]
-    return jobs.declared_machine_flags(spec, device_flag="--declared-device")
+    machine = jobs.declared_machine_flags(spec, device_flag="--declared-device")
+    return " ".join([machine, *environment.flags(STUDY.environment(wildcards.menv))])
 
 
 def env_layout_flag(wildcards):

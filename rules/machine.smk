@@ -49,7 +49,7 @@ rule ceilings:
         # the runs' threads: a changed count re-measures the roofs
         declared_threads=env_threads,
         # what the env declares: the job refuses another machine before it measures
-        declared=env_check_flags,
+        declared=env_measurement_flags,
         # the perf binary the perf jobs run: its events are the ones probed here
         perf=config["perf"]["executable"],
     shell:
@@ -88,7 +88,7 @@ rule efficiency:
         layout=env_layout_flag,
         quick="--quick" if config["ceilings"]["quick"] else "",
         declared_threads=env_threads,
-        declared=env_check_flags,
+        declared=env_measurement_flags,
     shell:
         logged(
             "python {params.script} --env {wildcards.menv} --device {params.device} "

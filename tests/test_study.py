@@ -190,6 +190,7 @@ def test_envs_differing_only_in_options_are_both_measured():
         "channels_last": True,
         "cudnn_benchmark": None,
         "nproc": 1,
+        "environment": {},
     }
     assert {r.env for r in study.runs()} == {"eager", "opt"}
 

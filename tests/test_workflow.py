@@ -398,6 +398,23 @@ def test_cpu_envs_example_plans_eager_compiled_and_data_parallel(tmp_path):
                if "run_train.py" in c and "--env cpu_compiled" in c)  # fmt: skip
 
 
+def test_an_envs_variables_reach_every_measurement_of_it_and_no_other(tmp_path):
+    config = yaml.safe_load((ROOT / "config/examples/allocator.yaml").read_text())
+    config["study"].update(models=["resnet18"], batch_sizes=[8])
+    config["perf"] = {"enabled": True}
+    write_config(tmp_path, config)
+    out = snakemake(tmp_path, "-n", "-p", "--cores", "2").stdout
+    flags = ("--environ MALLOC_MMAP_THRESHOLD_=33554432 "
+             "--environ MALLOC_TRIM_THRESHOLD_=1099511627776")  # fmt: skip
+    scripts = ("run_train.py", "trace_step.py", "profile_perf.py", "ceilings.py",
+               "op_class_sweep.py")  # fmt: skip
+    for name in scripts:
+        lines = [c for c in out.split("\n") if f"{name} " in c]
+        kept = [c for c in lines if "--env local_kept" in c]
+        assert kept and all(flags in c for c in kept), (name, lines)
+        assert all("--environ" not in c for c in lines if "--env local " in c), (name, lines)
+
+
 @needs_two_cores
 def test_eager_compiled_and_data_parallel_envs_compared_in_the_report(tmp_path, monkeypatch):
     """Three envs on this machine, a tiny model: each measured, then compared."""

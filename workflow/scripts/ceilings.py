@@ -20,7 +20,9 @@ from dnnroofline.measure.ceilings import build_ceilings
 from dnnroofline.measure.envinfo import DEVICES
 from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
+from dnnroofline.study import environment
 from dnnroofline.study.defaults import default
+from dnnroofline.study.environment import start_with_environment
 from dnnroofline.study.precisions import PRECISIONS
 
 
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", required=True, help="output JSON path")
     add_machine_check_args(ap)
+    environment.add_argument(ap)
     args = ap.parse_args(argv)
     try:
         verify_machine_from_args(args.env, args)
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             expect_threads=args.expect_threads,
             perf_executable=args.perf,
         )
+        result["environment"] = environment.parse(args.environ)
     except InputError as exc:
         print(f"ceilings: error: {exc}", file=sys.stderr)
         return 1
@@ -63,5 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    start_with_environment()  # the env's variables, set before anything runs
     with measurement_lock():
         sys.exit(main())

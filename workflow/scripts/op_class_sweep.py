@@ -24,6 +24,8 @@ from dnnroofline.measure.envinfo import DEVICES
 from dnnroofline.measure.machine_check import add_machine_check_args, verify_machine_from_args
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.measure.op_class_sweep import sweep_env
+from dnnroofline.study import environment
+from dnnroofline.study.environment import start_with_environment
 from dnnroofline.study.precisions import PRECISIONS
 
 
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", required=True, help="output JSON path")
     add_machine_check_args(ap)
+    environment.add_argument(ap)
     args = ap.parse_args(argv)
     try:
         verify_machine_from_args(args.env, args)
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             channels_last=args.channels_last,
             expect_threads=args.expect_threads,
             use_cache=not args.no_cache,
+            environ=environment.parse(args.environ),
         )
     except InputError as exc:
         print(f"efficiency: error: {exc}", file=sys.stderr)
@@ -82,5 +86,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    start_with_environment()  # the env's variables, set before anything runs
     with measurement_lock():
         sys.exit(main())

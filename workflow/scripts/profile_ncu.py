@@ -27,6 +27,7 @@ from dnnroofline.ncu.run_ncu import TRUSTED, CaptureRequest, capture
 from dnnroofline.ncu.selftest import verdict_for
 from dnnroofline.processes import signals_exit
 from dnnroofline.study.defaults import default
+from dnnroofline.study.environment import start_with_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,5 +108,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    start_with_environment()  # the env's variables, set before anything runs
     with measurement_lock(), signals_exit():
         sys.exit(main())

@@ -24,6 +24,7 @@ from dnnroofline.io import read_json, write_json_atomic
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.measure.perf_run import probe_for, profile
 from dnnroofline.study.defaults import default
+from dnnroofline.study.environment import start_with_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,5 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    start_with_environment()  # the env's variables, set before anything runs
     with measurement_lock():
         sys.exit(main())

@@ -14,7 +14,9 @@ import sys
 
 from dnnroofline.measure.measurement_lock import measurement_lock
 from dnnroofline.measure.train import main
+from dnnroofline.study.environment import start_with_environment
 
 if __name__ == "__main__":
+    start_with_environment()  # the env's variables, set before anything runs
     with measurement_lock():
         sys.exit(main())

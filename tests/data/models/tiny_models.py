@@ -51,3 +51,23 @@ class RankFault(nn.Module):
 
 def rank_fault(num_classes: int = 10, rank: int = 1, how: str = "raise") -> nn.Module:
     return RankFault(num_classes, rank, how)
+
+
+class FreshScratch(nn.Module):
+    """tiny_cnn whose forward also writes a scratch buffer of ``mib`` MiB, freed at the
+    end of the step: below glibc's largest mmap threshold, so where the allocator keeps
+    freed memory the next step reuses its pages, and where it trims them, faults them in."""
+
+    def __init__(self, num_classes: int = 10, mib: int = 16):
+        super().__init__()
+        self.net, self.numel = tiny_cnn(num_classes), mib * 2**20 // 4
+
+    def forward(self, x):
+        import torch
+
+        out = self.net(x)
+        return out + torch.ones(self.numel).sum()  # every page written, then freed
+
+
+def fresh_scratch(num_classes: int = 10, mib: int = 16) -> nn.Module:
+    return FreshScratch(num_classes, mib)

@@ -153,6 +153,7 @@ _SETTINGS = {
     "compile": "env",
     "cudnn_benchmark": "env",
     "nproc": "env",
+    "environment": "env",
     "warmup_iters": "study",
     "iters": "study",
     "image_size": "study",

@@ -78,7 +78,9 @@ _ENV_INFO_KEYS = (
     "container",
 )
 _STUDY_KEYS = ("warmup_iters", "iters", "image_size", "data", "workers")
-_ENV_KEYS = ("threads", "channels_last", "compile", "cudnn_benchmark", "nproc")
+_ENV_KEYS = ("threads", "channels_last", "compile", "cudnn_benchmark", "nproc", "environment")
+#: An env setting a study from before its key ran without.
+_ENV_ABSENT = {"environment": "none"}
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -93,6 +95,8 @@ def _fmt(value: object) -> str:
         return str(int(value))
     if isinstance(value, (list, tuple)):
         return ", ".join(_fmt(v) for v in value) or "none"
+    if isinstance(value, Mapping):  # an env's environment variables
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
     return str(value)
 
 
@@ -133,7 +137,9 @@ def _env_setting(config: Mapping | None, env: str, key: str) -> str:
     if isinstance(block, Mapping) and key in block:
         return _fmt(block[key])
     study = config.get("study") or {}
-    return _fmt(study[key]) if key in study else UNKNOWN
+    if key in study:
+        return _fmt(study[key])
+    return _ENV_ABSENT.get(key, UNKNOWN) if isinstance(block, Mapping) else UNKNOWN
 
 
 def _study_setting(config: Mapping | None, key: str) -> str:

@@ -357,6 +357,7 @@ def sweep_env(
     channels_last: bool = False,
     expect_threads: int | None = None,
     use_cache: bool = True,
+    environ: Mapping[str, str] | None = None,
 ) -> dict:
     """The efficiency document of env ``env`` on this machine: the sweep and the host's
     costs on its device and threads (OMP_NUM_THREADS, checked against
@@ -364,8 +365,8 @@ def sweep_env(
     ``ceilings`` (read from ``where``), within ``budget_s`` (None: :data:`BUDGET_S` of
     the device; counted from here, ``import torch`` included). Kept per machine
     fingerprint (``use_cache``): a study on the same machine, threads, torch and
-    settings reuses it, and ``cache`` says so. Other processes busy meanwhile are noted,
-    and such a sweep is not kept."""
+    settings (``environ``, the env's variables, among them) reuses it, and ``cache`` says
+    so. Other processes busy meanwhile are noted, and such a sweep is not kept."""
     t0 = time.monotonic()
     import os
 
@@ -395,6 +396,8 @@ def sweep_env(
     budget = BUDGET_S[dev] if budget_s is None else budget_s
     settings = {"precisions": sorted(dict.fromkeys(precisions)), "channels_last": channels_last,
                 "quick": quick, "budget_s": budget}  # fmt: skip
+    if environ:  # only then: the sweeps kept before the key existed stay valid
+        settings["environment"] = dict(environ)
     key = {**fingerprint(dev, name, cpu, threads), **settings}
 
     def measure_here() -> dict:

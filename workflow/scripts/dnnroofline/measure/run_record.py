@@ -28,6 +28,7 @@ from dnnroofline.measure.train_config import (
     failure_status,
 )
 from dnnroofline.stats import summarize
+from dnnroofline.study import environment
 
 
 def rss_bytes(ru: resource.struct_rusage) -> int:
@@ -119,6 +120,7 @@ def config_record(resolved: Resolved) -> dict[str, Any]:
         "nproc": cfg.nproc,
         "dist_backend": dist_backend(resolved.backend) if cfg.nproc > 1 else None,
         "global_batch_size": cfg.nproc * cfg.batch_size,
+        "environment": environment.parse(cfg.environ),
     }
 
 

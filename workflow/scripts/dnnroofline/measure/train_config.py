@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError
-from dnnroofline.study import precisions
+from dnnroofline.study import environment, precisions
 from dnnroofline.study.config import COMPILE_MODES, warmup_shortfall
 from dnnroofline.study.defaults import default
 from dnnroofline.study.models import check_arch, model_kwargs_arg, refuse_kwargs_without_factory
@@ -233,6 +233,8 @@ class TrainConfig:
     nproc: int = _schema_default("envs.*.nproc")
     rank: int | None = None  # set in a rank process of a data-parallel run (measure.ddp)
     dist_store: str | None = None  # that run's rendezvous file
+    # --environ NAME=VALUE: the env's variables, which the entry script put in effect
+    environ: tuple[str, ...] = ()
 
 
 @dataclass
@@ -306,6 +308,7 @@ def validate(cfg: TrainConfig, environ: dict[str, str] | None = None) -> Resolve
     """
     environ = dict(os.environ) if environ is None else environ
     _check_arguments(cfg)
+    environment.require_in_effect(environment.parse(cfg.environ), environ)
     precisions.require_known(cfg.precision, "--precision")
     if cfg.rank is not None and not (0 <= cfg.rank < cfg.nproc and cfg.dist_store):
         raise InputError(f"--rank {cfg.rank}: needs --nproc > rank and --dist-store")
@@ -486,6 +489,7 @@ def step_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="data-parallel processes (DistributedDataParallel: gloo on CPU, NCCL on CUDA, "
         "one GPU each); the batch size is per process, OMP_NUM_THREADS is split over them",
     )
+    environment.add_argument(p)
     return p
 
 
@@ -535,4 +539,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         nproc=args.nproc,
         rank=getattr(args, "rank", None),  # run_train.py's own (a rank's command line)
         dist_store=getattr(args, "dist_store", None),
+        environ=tuple(args.environ),
     )

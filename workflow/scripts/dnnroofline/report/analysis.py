@@ -44,6 +44,7 @@ def facts(
         **compare.facts(tp, pts, config, data.env_devices(m)),
         "compiled": env_compare.compile_facts(config, runs, env_infos),
         "scaling": env_compare.scaling_facts(config, tp, env_infos, m),
+        "environment": env_compare.environment_facts(config, tp, env_infos, m),
         "memory": memory.facts(config, m, cx, env_infos),
         "points": [point(r, pts, tp, cx, config, env_infos, ceilings) for r in data.records(pts)],
         "failed": [{**r, "not_counted": not_counted(r, cx)} for r in data.records(failed)],

@@ -17,6 +17,10 @@ Scaling. A data-parallel env (nproc N, T threads each) against the ``nproc: 1`` 
 the same machine: speedup = images/s / baseline images/s, scaling efficiency = images/s /
 (baseline images/s x the resources ratio), the resources being cores on CPU (N x T
 against the baseline's threads) and GPUs on CUDA (N against 1). 100% is linear scaling.
+
+Environment variables. An env with ``environment:`` (an allocator's settings, say)
+against the env on the same machine and device that runs the step the same way without
+them: speedup = images/s / the other env's images/s, with each one's page faults a step.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ def _num(x: Any) -> float | None:
 
 
 def env_options(config: Mapping | None, env: str) -> dict[str, Any]:
-    """How the env runs the step: compile mode (False: eager), channels-last, nproc.
+    """How the env runs the step: compile mode (False: eager), channels-last, nproc, its
+    environment variables.
 
     A key the resolved config lacks (a study_config.json written before the key existed)
     is the schema's default (``dnnroofline.study.defaults``)."""
@@ -56,6 +61,7 @@ def env_options(config: Mapping | None, env: str) -> dict[str, Any]:
         "channels_last": bool(defaults.value(study, "study.channels_last") if cl is None else cl),
         "nproc": int(defaults.value(e, "envs.*.nproc")),
         "device": str(e.get("device") or "auto"),
+        "environment": {str(k): str(v) for k, v in (e.get("environment") or {}).items()},
     }
 
 
@@ -70,6 +76,7 @@ def describe(options: Mapping[str, Any], threads: Any = None) -> str:
         each = f" x {int(threads)} thread{'s' if int(threads) != 1 else ''}" if threads else ""
         backend = "NCCL" if options.get("device") == "cuda" else "gloo"
         parts.append(f"DDP {n} processes{each} ({backend})")
+    parts += [f"{k}={v}" for k, v in (options.get("environment") or {}).items()]
     return ", ".join(parts)
 
 
@@ -120,6 +127,7 @@ def eager_partner(env: str, config: Mapping | None, env_infos: Mapping) -> str |
             o["nproc"] == mine["nproc"],
             env_threads(e, config, None) == threads,
             o["channels_last"] == mine["channels_last"],
+            o["environment"] == mine["environment"],
         )
 
     return _pick(eager, score)
@@ -144,9 +152,27 @@ def scaling_baseline(
             o["channels_last"] == mine["channels_last"],
             t == mine["nproc"] * threads,
             t == threads,
+            o["environment"] == mine["environment"],
         )
 
     return _pick(single, score)
+
+
+def environment_baseline(
+    env: str, config: Mapping | None, env_infos: Mapping, metrics: pd.DataFrame | None
+) -> str | None:
+    """The env on the same machine and device that runs the step as ``env`` does (compile,
+    channels-last, processes, threads) without its environment variables: none first."""
+    mine = env_options(config, env)
+    threads = env_threads(env, config, metrics)
+    same = [
+        e
+        for e in counterparts(env, config, env_infos)
+        if env_threads(e, config, metrics) == threads
+        and all(env_options(config, e)[k] == mine[k] for k in ("compile", "channels_last", "nproc"))
+        and env_options(config, e)["environment"] != mine["environment"]
+    ]
+    return _pick(same, lambda e: not env_options(config, e)["environment"])
 
 
 # --------------------------------------------------------------------------- numbers
@@ -299,3 +325,34 @@ def scaling_facts(
     for r in rows:
         r["how"] = describe(env_options(config, r["env"]), r["threads"])
     return {"any": any(env_options(config, e)["nproc"] > 1 for e in _envs(config)), "rows": rows}
+
+
+def environment_facts(
+    config: Mapping | None, tp: pd.DataFrame, env_infos: Mapping, metrics: pd.DataFrame | None
+) -> dict[str, Any]:
+    """``{any, rows}``: whether an env sets environment variables, and per such env and
+    (model, precision, batch) it measured its images/s and page faults a step against
+    :func:`environment_baseline`'s."""
+    envs = [e for e in _envs(config) if env_options(config, e)["environment"]]
+    rows: list[dict[str, Any]] = []
+    by_key = {} if tp is None else {
+        (r["env"], r["model"], r["precision"], int(r["batch_size"])): r for _, r in tp.iterrows()
+    }  # fmt: skip
+    for env in envs:
+        base = environment_baseline(env, config, env_infos, metrics)
+        for key in sorted(k for k in by_key if k[0] == env):
+            mine, other = by_key[key], by_key.get((base, *key[1:])) if base else None
+            row = dict(zip(("env", *GROUP), key, strict=True), base_env=base)
+            row.update(
+                how=describe(env_options(config, env)),
+                images_per_s=float(mine["ips_median"]),
+                fault_mib=_num(mine.get("fault_mib_per_step")),
+            )
+            if other is not None:
+                row.update(
+                    base_images_per_s=float(other["ips_median"]),
+                    speedup=float(mine["ips_median"]) / float(other["ips_median"]),
+                    base_fault_mib=_num(other.get("fault_mib_per_step")),
+                )
+            rows.append(row)
+    return {"any": bool(envs), "rows": rows}

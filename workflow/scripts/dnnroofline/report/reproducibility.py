@@ -14,7 +14,7 @@ from dnnroofline.formatting import fmt_bytes, isnum
 from dnnroofline.lockfile import lock_match
 from dnnroofline.report import data
 from dnnroofline.report.render import section
-from dnnroofline.study import defaults
+from dnnroofline.study import defaults, environment
 from dnnroofline.study.cost import study_cost
 from dnnroofline.study.identity import complexity_path
 
@@ -42,7 +42,8 @@ def model_flags(study: Mapping, model: str) -> list[str]:
 
 
 def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
-    """Driver flags of how an env runs the step: compile, channels-last, cuDNN, nproc."""
+    """Driver flags of how an env runs the step: compile, channels-last, cuDNN, nproc,
+    its environment variables."""
     flags = []
     if envcfg.get("compile"):
         flags += ["--compile", str(envcfg["compile"])]
@@ -54,6 +55,8 @@ def env_option_flags(envcfg: Mapping, study: Mapping) -> list[str]:
     nproc = int(defaults.value(envcfg, "envs.*.nproc"))
     if nproc > 1:
         flags += ["--nproc", str(nproc)]
+    for name, value in (envcfg.get("environment") or {}).items():
+        flags += [environment.FLAG, f"{name}={value}"]
     return flags
 
 
@@ -71,7 +74,7 @@ def run_command(
     study.update({k: ran[k] for k in ("warmup_iters", "iters") if isinstance(ran.get(k), int)})
     env = str(run.get("env") or "")
     envcfg = dict(data.envs_cfg(config).get(env, {}))
-    envcfg.update({k: ran[k] for k in ("channels_last", "compile") if k in ran})
+    envcfg.update({k: ran[k] for k in ("channels_last", "compile", "environment") if k in ran})
     device = str(envcfg.get("device") or "auto")
     info_dev = (env_infos.get(env) or {}).get("device")
     backend = info_dev if device == "auto" and info_dev else device

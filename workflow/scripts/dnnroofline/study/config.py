@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnroofline.errors import InputError, suggest
-from dnnroofline.study import identity, precisions, what_if
+from dnnroofline.study import environment, identity, precisions, what_if
 from dnnroofline.study.copied import WHOLE_ENV_FILES
 from dnnroofline.study.defaults import fill_defaults
 
@@ -303,7 +303,11 @@ class Study:
             flags.append("--cudnn-benchmark" if bench else "--no-cudnn-benchmark")
         if self.nproc(env) > 1:
             flags.append(f"--nproc {self.nproc(env)}")
-        return flags
+        return flags + environment.flags(self.environment(env))
+
+    def environment(self, env: str) -> dict[str, str]:
+        """The variables every measurement of the env runs with (envs.<env>.environment)."""
+        return environment.from_config(env, self.envs[env])
 
     def options(self, env: str) -> dict[str, Any]:
         """The env's resolved run options, as the report and study_config.json show them."""
@@ -312,6 +316,7 @@ class Study:
             "channels_last": self.channels_last(env),
             "cudnn_benchmark": self.cudnn_benchmark(env),
             "nproc": self.nproc(env),
+            "environment": self.environment(env),
         }
 
     def model_spec(self, model: str) -> ModelSpec:
@@ -564,6 +569,7 @@ class Study:
                 "autotuning is a CUDA option; drop it or set device: cuda"
             )
         self._check_nproc(env, device)
+        self.environment(env)
 
     def _check_nproc(self, env: str, device: str) -> None:
         nproc = self.envs[env].get("nproc")
