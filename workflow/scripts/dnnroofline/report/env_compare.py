@@ -165,14 +165,15 @@ def environment_baseline(
     channels-last, processes, threads) without its environment variables: none first."""
     mine = env_options(config, env)
     threads = env_threads(env, config, metrics)
+    options = {e: env_options(config, e) for e in counterparts(env, config, env_infos)}
     same = [
         e
-        for e in counterparts(env, config, env_infos)
+        for e, o in options.items()
         if env_threads(e, config, metrics) == threads
-        and all(env_options(config, e)[k] == mine[k] for k in ("compile", "channels_last", "nproc"))
-        and env_options(config, e)["environment"] != mine["environment"]
+        and all(o[k] == mine[k] for k in ("compile", "channels_last", "nproc"))
+        and o["environment"] != mine["environment"]
     ]
-    return _pick(same, lambda e: not env_options(config, e)["environment"])
+    return _pick(same, lambda e: not options[e]["environment"])
 
 
 # --------------------------------------------------------------------------- numbers
